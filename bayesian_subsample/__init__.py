@@ -1,0 +1,13 @@
+"""bayesian_subsample: Bayesian scikit-learn estimators for tall data.
+
+Estimators such as :class:`BayesianLogisticRegression` run MCMC in ``fit``
+with a pluggable sampler back end; the default, HMC with energy conserving
+subsampling (Dang et al., 2019), reads only a small subsample of the rows per
+iteration.
+"""
+
+from ._version import __version__
+from .estimators import BayesianLogisticRegression
+from .samplers import HMC, HMCECS
+
+__all__ = ["BayesianLogisticRegression", "HMC", "HMCECS", "__version__"]

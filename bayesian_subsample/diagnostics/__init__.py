@@ -1,0 +1,60 @@
+"""MCMC diagnostics: R-hat, effective sample sizes, MCSE, efficiency and summaries.
+
+Pure functions on arrays of draws shaped ``(chain, draw)`` or
+``(chain, draw, *param_shape)``; each returns an array of shape
+``param_shape`` (a 0-d float for ``(chain, draw)`` input).
+
+Convergence and efficiency
+    :func:`split_rhat`, :func:`ess_bulk`, :func:`ess_tail`, :func:`ess_mean`,
+    :func:`mcse_mean`, :func:`mcse_sd`, :func:`inefficiency_factor`,
+    :func:`computational_time`.
+Signed (sign-weighted) estimators
+    :func:`weighted_mean`, :func:`weighted_sd`, :func:`weighted_quantile`.
+Summary
+    :func:`summarize` returning a :class:`SummaryTable`.
+
+The convergence diagnostics reproduce ArviZ 0.x (``az.rhat(method="rank")``,
+``az.ess(method="bulk" | "tail" | "mean")``, ``az.mcse(method="mean" |
+"sd")``) to floating-point rounding. This subpackage depends only on numpy
+and scipy and imports nothing else from :mod:`bayesian_subsample`.
+
+References
+----------
+.. [1] Vehtari, A., Gelman, A., Simpson, D., Carpenter, B. and Bürkner, P.-C.
+   (2021). "Rank-normalization, folding, and localization: An improved R-hat
+   for assessing convergence of MCMC". *Bayesian Analysis* 16(2), 667-718.
+.. [2] Geyer, C. J. (1992). "Practical Markov chain Monte Carlo".
+   *Statistical Science* 7(4), 473-483.
+.. [3] Dang, K.-D., Quiroz, M., Kohn, R., Tran, M.-N. and Villani, M. (2019).
+   "Hamiltonian Monte Carlo with energy conserving subsampling". *Journal of
+   Machine Learning Research* 20(100), 1-31.
+"""
+
+from ._convergence import (
+    computational_time,
+    ess_bulk,
+    ess_mean,
+    ess_tail,
+    inefficiency_factor,
+    mcse_mean,
+    mcse_sd,
+    split_rhat,
+)
+from ._summary import SummaryTable, summarize
+from ._weighted import weighted_mean, weighted_quantile, weighted_sd
+
+__all__ = [
+    "split_rhat",
+    "ess_bulk",
+    "ess_tail",
+    "ess_mean",
+    "mcse_mean",
+    "mcse_sd",
+    "inefficiency_factor",
+    "computational_time",
+    "weighted_mean",
+    "weighted_sd",
+    "weighted_quantile",
+    "summarize",
+    "SummaryTable",
+]

@@ -1,0 +1,244 @@
+"""Shared machinery of the Bayesian GLM estimators: sampling, storage, diagnostics.
+
+This is the only layer that touches scikit-learn's estimator machinery and
+joblib.  ``fit`` validates input before any sampling, builds the model and
+posterior, turns ``random_state`` into one root :class:`numpy.random.SeedSequence`
+and spawns one child for the shared preparation plus one per chain *before*
+dispatch, so the draws are bit-identical for any ``n_jobs`` and any joblib
+backend.  Chains run through :class:`sklearn.utils.parallel.Parallel` with no
+backend hard-coded, so ``joblib.parallel_config(backend="dask")`` moves them
+to a cluster unchanged.
+"""
+
+from __future__ import annotations
+
+import numbers
+import warnings
+
+import numpy as np
+from sklearn.exceptions import ConvergenceWarning
+from sklearn.utils import check_random_state
+from sklearn.utils.parallel import Parallel, delayed
+
+from ..diagnostics import (
+    computational_time,
+    ess_bulk,
+    ess_tail,
+    inefficiency_factor,
+    split_rhat,
+    summarize,
+)
+from ..samplers import SAMPLERS, SamplerConfig
+
+__all__ = ["resolve_sampler", "seed_sequences", "run_chains", "SampledModelMixin"]
+
+
+def resolve_sampler(sampler, subsample_size=None):
+    """A fresh, configured sampler object from a name or a sampler object.
+
+    ``subsample_size`` (the estimators' parameter), when not None, overrides
+    the sampler's own value; it is an error for samplers that use all data.
+    """
+    if isinstance(sampler, str):
+        if sampler not in SAMPLERS:
+            raise ValueError(
+                f"Unknown sampler {sampler!r}. Choose one of {sorted(SAMPLERS)} or pass a "
+                "configured sampler object such as bayesian_subsample.HMCECS(...)."
+            )
+        config = SAMPLERS[sampler]()
+    elif isinstance(sampler, SamplerConfig):
+        config = type(sampler)(**sampler.get_params())
+    else:
+        raise ValueError(
+            f"sampler must be a name in {sorted(SAMPLERS)} or a sampler object from "
+            f"bayesian_subsample.samplers, got {sampler!r}."
+        )
+    if subsample_size is not None:
+        if "subsample_size" not in config.get_params():
+            raise ValueError(
+                f"subsample_size={subsample_size!r} was given but the {config.name!r} sampler "
+                "uses all the data. Leave subsample_size=None or choose sampler='hmc_ecs'."
+            )
+        config.set_params(subsample_size=subsample_size)
+    return config
+
+
+def seed_sequences(random_state, n_children):
+    """``n_children`` independent SeedSequences from one ``random_state``.
+
+    An int gives the same children every time; ``None`` fresh ones; a
+    ``RandomState`` or ``Generator`` instance is advanced by one draw.
+    """
+    if isinstance(random_state, np.random.Generator):
+        entropy = int(random_state.integers(2**63 - 1))
+    elif random_state is None or isinstance(random_state, np.random.RandomState):
+        entropy = int(check_random_state(random_state).randint(np.iinfo(np.int32).max))
+    elif isinstance(random_state, numbers.Integral) and not isinstance(random_state, bool):
+        if random_state < 0:
+            raise ValueError(f"random_state must be non-negative, got {random_state}.")
+        entropy = int(random_state)
+    else:
+        raise ValueError(
+            "random_state must be None, a non-negative int, a numpy RandomState or "
+            f"Generator, got {random_state!r}."
+        )
+    return np.random.SeedSequence(entropy).spawn(n_children)
+
+
+def _run_one_chain(config, seed, posterior, prepared, n_warmup, n_draws):
+    """Module-level chain task (picklable for every joblib backend)."""
+    return config.run_chain(np.random.default_rng(seed), posterior, prepared, n_warmup,
+                            n_draws)
+
+
+def run_chains(config, posterior, random_state, n_chains, n_warmup, n_draws, n_jobs=None,
+               verbose=0):
+    """Prepare once, then run ``n_chains`` chains in parallel.
+
+    Returns
+    -------
+    prepared : Prepared
+    results : list of ChainResult, in chain order
+    """
+    seeds = seed_sequences(random_state, n_chains + 1)
+    prepared = config.prepare(np.random.default_rng(seeds[0]), posterior)
+    results = Parallel(n_jobs=n_jobs, verbose=max(0, int(verbose) - 1))(
+        delayed(_run_one_chain)(config, seed, posterior, prepared, n_warmup, n_draws)
+        for seed in seeds[1:]
+    )
+    return prepared, list(results)
+
+
+def check_sample_weight(sample_weight, n_obs):
+    """Validate ``sample_weight``; return float64 array or None."""
+    if sample_weight is None:
+        return None
+    w = np.asarray(sample_weight, dtype=np.float64)
+    if w.ndim == 0:
+        w = np.full(n_obs, float(w))
+    if w.shape != (n_obs,):
+        raise ValueError(
+            f"sample_weight must have shape ({n_obs},) to match X, got {w.shape}."
+        )
+    if not np.all(np.isfinite(w)):
+        raise ValueError("sample_weight contains NaN or infinity; pass finite weights.")
+    if np.any(w < 0):
+        raise ValueError("sample_weight contains negative values; weights must be >= 0.")
+    if not np.any(w > 0):
+        raise ValueError("sample_weight is all zeros; at least one weight must be positive.")
+    return w
+
+
+def _check_int(value, name, minimum):
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
+        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}.")
+
+
+class SampledModelMixin:
+    """Storage, diagnostics and summaries shared by the sampled estimators.
+
+    Subclasses set ``_param_names_`` (names of the parameter vector entries),
+    define ``_all_draws()`` returning draws (chain, draw, dim) in that order,
+    and call :meth:`_sample` from ``fit``.
+    """
+
+    def _check_sampling_params(self):
+        _check_int(self.n_chains, "n_chains", 1)
+        _check_int(self.n_warmup, "n_warmup", 0)
+        _check_int(self.n_draws, "n_draws", 1)
+        if not (self.n_jobs is None or isinstance(self.n_jobs, numbers.Integral)):
+            raise ValueError(f"n_jobs must be None or an integer, got {self.n_jobs!r}.")
+        _check_int(self.verbose, "verbose", 0)
+
+    def _sample(self, posterior):
+        """Run the chains; store draws (chain, draw, dim) and sampler statistics."""
+        config = self.sampler_
+        prepared, results = run_chains(
+            config, posterior, self.random_state, self.n_chains, self.n_warmup, self.n_draws,
+            n_jobs=self.n_jobs, verbose=self.verbose,
+        )
+        draws = np.stack([r.draws for r in results])
+        self.sample_stats_ = {
+            name: np.stack([r.stats[name] for r in results]) for name in results[0].stats
+        }
+        self.step_size_ = np.array([r.step_size for r in results])
+        self.n_integration_steps_ = np.array([r.n_integration_steps for r in results])
+        self.subsample_size_ = np.array([r.subsample_size for r in results])
+        self.inverse_mass_matrix_ = np.stack([r.inverse_mass_matrix for r in results])
+        self.reference_point_ = np.stack([r.theta_star for r in results])
+        self.evaluations_ = {
+            "setup": int(prepared.n_obs_evaluated),
+            "warmup": int(sum(r.n_obs_evaluated_warmup for r in results)),
+            "sampling": int(sum(r.n_obs_evaluated_sampling for r in results)),
+        }
+        self.n_evaluations_ = int(sum(self.evaluations_.values()))
+        self.wall_time_ = {
+            "warmup": float(sum(r.wall_time_warmup for r in results)),
+            "sampling": float(sum(r.wall_time_sampling for r in results)),
+        }
+        self.n_divergent_ = int(self.sample_stats_["diverging"].sum())
+        self.n_divergent_warmup_ = int(sum(r.n_divergent_warmup for r in results))
+        return draws
+
+    def _check_convergence(self, draws):
+        """Store ``convergence_`` and emit at most one ConvergenceWarning."""
+        n_chains, n_draws, _ = draws.shape
+        names = self._param_names_
+        if n_draws < 4:
+            self.convergence_ = {}
+            warnings.warn(
+                f"Only {n_draws} draws per chain: convergence cannot be assessed. "
+                "Increase n_draws.", ConvergenceWarning, stacklevel=3,
+            )
+            return
+        rhat = np.atleast_1d(split_rhat(draws))
+        bulk = np.atleast_1d(ess_bulk(draws))
+        tail = np.atleast_1d(ess_tail(draws))
+        ineff = np.atleast_1d(inefficiency_factor(draws))
+        evals_per_draw = self.evaluations_["sampling"] / (n_chains * n_draws)
+        self.convergence_ = {
+            "r_hat": rhat, "ess_bulk": bulk, "ess_tail": tail,
+            "inefficiency_factor": ineff,
+            "computational_time": np.array(
+                [computational_time(f, evals_per_draw) for f in ineff]),
+            "n_divergent": self.n_divergent_,
+        }
+        problems = []
+        worst = int(np.nanargmax(rhat))
+        if not np.isfinite(rhat[worst]) or rhat[worst] > 1.01:
+            problems.append(f"split R-hat of {names[worst]!r} is {rhat[worst]:.3f} (> 1.01)")
+        low = int(np.nanargmin(np.minimum(bulk, tail)))
+        min_ess = float(min(bulk[low], tail[low]))
+        if not min_ess >= 100 * n_chains:
+            problems.append(
+                f"ESS of {names[low]!r} is {min_ess:.0f} (< 100 per chain, "
+                f"{100 * n_chains} in all)"
+            )
+        if self.n_divergent_:
+            problems.append(f"{self.n_divergent_} divergent transitions after warm-up")
+        if problems:
+            warnings.warn(
+                "The chains may not have converged: " + "; ".join(problems) + ". "
+                "Increase n_warmup and n_draws (or n_chains); for divergences or a low "
+                "acceptance rate also consider a tighter prior_scale, and for HMC-ECS a "
+                "larger subsample_size.",
+                ConvergenceWarning, stacklevel=3,
+            )
+
+    def summary(self, quantiles=(0.05, 0.5, 0.95)):
+        """Posterior summary of every parameter.
+
+        Columns: mean, sd, the requested quantiles, mcse_mean, mcse_sd,
+        ess_bulk, ess_tail and r_hat (rank-normalised split R-hat), computed
+        with the same definitions as ``arviz.summary``.
+
+        Returns
+        -------
+        SummaryTable
+            Prints as a table; ``to_pandas()`` gives a DataFrame.
+        """
+        from sklearn.utils.validation import check_is_fitted
+
+        check_is_fitted(self)
+        return summarize(self._all_draws(), names=list(self._param_names_),
+                         quantiles=quantiles)

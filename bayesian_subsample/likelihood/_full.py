@@ -1,0 +1,198 @@
+"""The full-data posterior, its mode and its Taylor expansion around theta*.
+
+References
+----------
+Dang, K.-D., Quiroz, M., Kohn, R., Tran, M.-N. and Villani, M. (2019).
+Hamiltonian Monte Carlo with energy conserving subsampling. JMLR 20(100).
+Eq. (4.4) (second-order Taylor control variates) and eq. (4.7) (the
+full-data sums ``A(theta*)`` and ``B(theta*)``).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+
+__all__ = ["FullDataTarget", "TaylorExpansion", "TallPosterior"]
+
+
+class FullDataTarget:
+    """Log posterior on all the data: ``sum_k ell_k(theta) + log p(theta)``.
+
+    Each call to :meth:`logdensity_and_grad` is one chunked pass over the
+    ``n_obs`` rows and costs ``n_obs_per_eval = n_obs`` per-observation
+    log-likelihood-and-gradient evaluations.
+    """
+
+    def __init__(self, model, prior):
+        self.model = model
+        self.prior = prior
+        self.n_obs_per_eval = model.n_obs
+
+    def logdensity_and_grad(self, theta):
+        value, grad = self.model.sums(theta, order=1)
+        lp, gp = self.prior.logdensity_and_grad(theta)
+        return value + lp, grad + gp
+
+
+class TaylorExpansion(NamedTuple):
+    """Population sums of the Taylor control variates around ``theta_star``.
+
+    With ``a_k = ell_k(theta*)``, ``b_k x_k = grad ell_k(theta*)`` and
+    ``c_k x_k x_k^T = H_k(theta*)`` (eq. 4.4), the population sum of the
+    control variates is, for ``Delta = theta - theta*``,
+    ``sum_k q_k(theta) = loglik + grad^T Delta + Delta^T hess Delta / 2``
+    (second order; the first order drops the last term and the zeroth order
+    keeps ``loglik`` only).  ``grad`` and ``hess`` are ``A(theta*)`` and
+    ``B(theta*)`` of eq. (4.7).
+    """
+
+    #: Expansion point theta*, shape (dim,).
+    theta_star: np.ndarray
+    #: Order of the control variates, 0, 1 or 2.
+    order: int
+    #: ``sum_k ell_k(theta*)``.
+    loglik: float
+    #: ``A(theta*) = sum_k grad ell_k(theta*)``, shape (dim,).
+    grad: np.ndarray
+    #: ``B(theta*) = sum_k H_k(theta*)``, shape (dim, dim).
+    hess: np.ndarray
+    #: Negative Hessian of the log posterior at theta*, the HMC mass matrix
+    #: of the paper's §6.3, shape (dim, dim).
+    neg_hessian: np.ndarray
+    #: Per-observation evaluations spent on the pass that built this.
+    n_obs_evaluated: int
+
+    def population_sum(self, theta):
+        """``(sum_k q_k(theta), grad_theta sum_k q_k(theta))`` in O(dim^2)."""
+        if self.order == 0:
+            return self.loglik, np.zeros_like(theta)
+        delta = theta - self.theta_star
+        if self.order == 1:
+            return self.loglik + self.grad @ delta, self.grad.copy()
+        hd = self.hess @ delta
+        return self.loglik + self.grad @ delta + 0.5 * delta @ hd, self.grad + hd
+
+
+class TallPosterior:
+    """A GLM likelihood plus prior: everything the samplers ask of a model.
+
+    This object satisfies the ``TallPosterior`` protocol of
+    :mod:`bayesian_subsample.samplers._typing`; samplers never see the model.
+
+    Parameters
+    ----------
+    model : GLM
+        Per-observation log-likelihood terms.
+    prior : GaussianPrior
+    """
+
+    def __init__(self, model, prior):
+        if prior.dim != model.dim:
+            raise ValueError(
+                f"Prior has dimension {prior.dim} but the model has {model.dim}."
+            )
+        self.model = model
+        self.prior = prior
+
+    @property
+    def n_obs(self):
+        return self.model.n_obs
+
+    @property
+    def dim(self):
+        return self.model.dim
+
+    def full_target(self):
+        """The exact log posterior on all the data (:class:`FullDataTarget`)."""
+        return FullDataTarget(self.model, self.prior)
+
+    def expand(self, theta_star, order=2):
+        """Taylor control variates around ``theta_star`` from one chunked pass."""
+        if order not in (0, 1, 2):
+            raise ValueError(f"Taylor order must be 0, 1 or 2, got {order!r}.")
+        theta_star = np.array(theta_star, dtype=np.float64)
+        value, grad, hess = self.model.sums(theta_star, order=2)
+        neg_h = -(hess + self.prior.hessian())
+        return TaylorExpansion(
+            theta_star=theta_star, order=int(order), loglik=float(value), grad=grad,
+            hess=hess, neg_hessian=0.5 * (neg_h + neg_h.T),
+            n_obs_evaluated=self.model.n_obs,
+        )
+
+    def difference_estimator(self, expansion, subsample_size, n_blocks=100):
+        """The perturbed difference estimator around ``expansion`` (eqs. 4.1-4.7)."""
+        from ._difference import DifferenceEstimator
+
+        return DifferenceEstimator(self.model, self.prior, expansion, subsample_size, n_blocks)
+
+    def difference_variance(self, expansion, thetas, rng, n_pilot=20000):
+        """Per-observation variance of ``d_k(theta) = ell_k - q_k`` at each theta.
+
+        The variance of the difference estimator (4.1) with ``m`` draws is
+        ``sigma^2(theta) = n^2 V(theta) / m`` where ``V`` is the population
+        variance of the ``d_k(theta)``; this returns ``V`` estimated on a pilot
+        random subset of ``n_pilot`` observations (all of them if fewer).
+
+        Returns
+        -------
+        V : ndarray of shape (len(thetas),)
+        n_obs_evaluated : int
+        """
+        from ._difference import DifferenceEstimator
+
+        n = self.n_obs
+        idx = np.arange(n) if n <= n_pilot else rng.choice(n, n_pilot, replace=False)
+        est = DifferenceEstimator(self.model, self.prior, expansion, len(idx), n_blocks=1)
+        sub = est._subsample_from(idx)
+        out = np.empty(len(thetas))
+        for i, theta in enumerate(thetas):
+            d, _ = est.differences(np.asarray(theta, dtype=float), sub)
+            out[i] = d.var()
+        return out, len(idx) * (len(thetas) + 1)
+
+    def mode(self, theta0=None, idx=None, max_iter=50, tol=1e-8):
+        """Posterior mode by damped Newton iterations.
+
+        With ``idx`` given, the mode of the posterior whose log-likelihood is
+        ``n_obs / len(idx)`` times the log-likelihood of those observations:
+        the subset estimate of the full-data mode that the paper uses as the
+        first reference point (§6.5, a random 1% of the data).
+
+        Returns
+        -------
+        theta : ndarray of shape (dim,)
+        n_obs_evaluated : int
+            Per-observation evaluations spent.
+        """
+        theta = np.zeros(self.dim) if theta0 is None else np.array(theta0, dtype=float)
+        scale = 1.0 if idx is None else self.n_obs / len(idx)
+        n_eval = 0
+        per_pass = self.n_obs if idx is None else len(idx)
+        prior_h = self.prior.hessian()
+
+        def objective(th, order):
+            out = self.model.sums(th, order=order, idx=idx)
+            lp, gp = self.prior.logdensity_and_grad(th)
+            if order == 0:
+                return scale * out[0] + lp
+            return scale * out[0] + lp, scale * out[1] + gp, scale * out[2] + prior_h
+
+        for _ in range(max_iter):
+            value, grad, hess = objective(theta, 2)
+            n_eval += per_pass
+            step = np.linalg.solve(-hess, grad)
+            decrement = float(grad @ step)
+            if decrement < 2 * tol:
+                break
+            t = 1.0
+            while t > 1e-10:
+                candidate = theta + t * step
+                new_value = objective(candidate, 0)
+                n_eval += per_pass
+                if np.isfinite(new_value) and new_value >= value + 0.25 * t * decrement:
+                    break
+                t *= 0.5
+            theta = candidate
+        return theta, n_eval

@@ -1,0 +1,127 @@
+"""Sampler configuration objects: parameters, preparation and chain results."""
+
+from __future__ import annotations
+
+import abc
+import inspect
+from typing import NamedTuple
+
+import numpy as np
+
+__all__ = ["SamplerConfig", "ChainResult", "Prepared"]
+
+
+class Prepared(NamedTuple):
+    """Work shared by all chains of one fit, done once before dispatch."""
+
+    #: Taylor expansion around the first reference point theta*.
+    expansion: object
+    #: Per-observation evaluations spent (subset mode plus one full pass).
+    n_obs_evaluated: int
+
+
+class ChainResult(NamedTuple):
+    """Everything one chain returns to the estimator (plain arrays only)."""
+
+    #: Post-warm-up draws, shape (n_draws, dim).
+    draws: np.ndarray
+    #: Per-draw statistics, each of shape (n_draws,).
+    stats: dict
+    #: Per-observation evaluations during warm-up (including refinement passes).
+    n_obs_evaluated_warmup: int
+    #: Per-observation evaluations after warm-up.
+    n_obs_evaluated_sampling: int
+    n_divergent_warmup: int
+    #: Adapted values at the end of warm-up.
+    step_size: float
+    n_integration_steps: int
+    inverse_mass_matrix: np.ndarray
+    theta_star: np.ndarray
+    #: Subsample size ``m`` used after warm-up (n_obs for full-data samplers).
+    subsample_size: int
+    wall_time_warmup: float
+    wall_time_sampling: float
+
+
+class SamplerConfig(abc.ABC):
+    """Base class of configured samplers.
+
+    A configured sampler stores its keyword arguments verbatim and exposes
+    :meth:`get_params` and :meth:`set_params` with scikit-learn's semantics,
+    so that an estimator built with ``sampler=HMCECS(subsample_size=2000)``
+    can be cloned and tuned with ``GridSearchCV`` through
+    ``sampler__subsample_size``.  Validation happens in :meth:`validate`,
+    called by the estimator at fit time, never in ``__init__``.
+    """
+
+    #: Short name used in messages and by the estimators' ``sampler=`` strings.
+    name = "sampler"
+
+    @classmethod
+    def _param_names(cls):
+        sig = inspect.signature(cls.__init__)
+        return sorted(p.name for p in sig.parameters.values()
+                      if p.name != "self" and p.kind != p.VAR_KEYWORD)
+
+    def get_params(self, deep=True):
+        """Parameters of this sampler as a dict (``deep`` is accepted for sklearn)."""
+        return {name: getattr(self, name) for name in self._param_names()}
+
+    def set_params(self, **params):
+        """Set parameters; unknown names raise ``ValueError``."""
+        valid = self._param_names()
+        for key, value in params.items():
+            if key not in valid:
+                raise ValueError(
+                    f"Invalid parameter {key!r} for sampler {type(self).__name__}. "
+                    f"Valid parameters are: {valid}."
+                )
+            setattr(self, key, value)
+        return self
+
+    def __repr__(self):
+        defaults = {
+            p.name: p.default for p in inspect.signature(type(self).__init__).parameters.values()
+        }
+        parts = []
+        for name in self._param_names():
+            value = getattr(self, name)
+            default = defaults.get(name, inspect.Parameter.empty)
+            try:
+                same = value is default or bool(value == default)
+            except Exception:  # arrays and other ambiguous comparisons
+                same = False
+            if not same:
+                parts.append(f"{name}={value!r}")
+        return f"{type(self).__name__}({', '.join(parts)})"
+
+    # Interface used by the estimators -----------------------------------
+    def validate(self, n_obs):
+        """Check parameter values against the data size; raise ValueError."""
+
+    @abc.abstractmethod
+    def prepare(self, rng, posterior):
+        """Work shared by all chains (returns a :class:`Prepared`)."""
+
+    @abc.abstractmethod
+    def run_chain(self, rng, posterior, prepared, n_warmup, n_draws):
+        """Run one chain; returns a :class:`ChainResult`."""
+
+
+def check_positive_int(value, name, minimum=1):
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}.")
+    if value < minimum:
+        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}.")
+
+
+def check_positive_float(value, name, upper=None, inclusive_upper=False):
+    try:
+        ok = np.isfinite(value) and value > 0
+    except TypeError:
+        ok = False
+    if ok and upper is not None:
+        ok = value <= upper if inclusive_upper else value < upper
+    if not ok:
+        bound = "" if upper is None else f" and {'<=' if inclusive_upper else '<'} {upper}"
+        raise ValueError(f"{name} must be a finite number > 0{bound}, got {value!r}.")

@@ -1,0 +1,398 @@
+"""Configured HMC samplers (full-data HMC and HMC-ECS) and their chain driver.
+
+Tuning follows Dang et al. (2019, §6.3):
+
+* the mass matrix ``M`` is the negative Hessian of the log posterior at the
+  reference point theta* (dense by default, its diagonal optionally);
+* theta* starts at the posterior mode of a random subset of the data (1% by
+  default, §6.5) and, with ``M``, is re-estimated a few times during warm-up
+  as the mean of the recent warm-up draws (:func:`.adaptation.refinement_schedule`);
+* the step size is tuned by dual averaging to an average acceptance
+  probability of 0.8 for a fixed trajectory length ``eps L = 1.2``, so the
+  number of leapfrog steps is ``L = ceil(1.2 / eps)``;
+* HMC-ECS uses ``G = 100`` blocks (``rho ~ 0.99``) and, with
+  ``subsample_size="auto"``, picks ``m`` so that the variance of the
+  log-likelihood estimator, averaged over draws around theta*, is about
+  ``target_loglik_var = 1`` (Pitt et al., 2012; Quiroz et al., 2018):
+  ``m = n^2 mean_theta V(theta) / target_loglik_var`` with ``V(theta)`` the
+  population variance of the differences ``d_k(theta) = ell_k - q_k``
+  estimated on a random pilot subset.  ``m`` is re-chosen at every
+  refinement of theta*, as the paper does for its bankruptcy example (§6.6:
+  62,000 at the first theta*, 1,000 after recalibration), and never falls
+  below ``min_subsample_size`` (default 1,000: ten observations per block, so
+  that the variance estimate (4.3) and the normal approximation behind (4.5)
+  are reasonable) nor exceeds ``n``.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+
+import numpy as np
+from scipy import linalg
+
+from . import hmc, hmc_ecs
+from ._base import (
+    ChainResult,
+    Prepared,
+    SamplerConfig,
+    check_positive_float,
+    check_positive_int,
+)
+from .adaptation import (
+    dual_averaging_init,
+    dual_averaging_update,
+    find_reasonable_step_size,
+    refinement_schedule,
+)
+from .metric import metric_from_mass_matrix
+
+__all__ = ["HMC", "HMCECS"]
+
+_HMC_STATS = ("acceptance_rate", "diverging", "energy", "energy_error", "lp", "step_size",
+              "n_steps", "n_obs_evaluated")
+_ECS_STATS = _HMC_STATS + ("subsample_acceptance_rate", "loglik_var")
+
+
+def _laplace_offset(rng, metric):
+    """A draw from ``N(0, M^{-1})``: an initial offset around theta*."""
+    z = rng.standard_normal(metric.mass_sqrt.shape[0])
+    if metric.dense:
+        return linalg.solve_triangular(metric.mass_sqrt, z, lower=True, trans="T")
+    return z / metric.mass_sqrt
+
+
+class _FullDataAdapter:
+    """Drives :mod:`.hmc` on the full-data target."""
+
+    stats = _HMC_STATS
+
+    def __init__(self, posterior):
+        self.target = posterior.full_target()
+        self.subsample_size = posterior.n_obs
+
+    def init(self, rng, position, expansion):
+        return hmc.init(position, self.target), self.target.n_obs_per_eval
+
+    def target_at(self, state):
+        return self.target
+
+    def step(self, rng, state, params):
+        return hmc.step(rng, state, self.target, params)
+
+    def recentre(self, rng, state, expansion, recent):
+        return state, 0
+
+
+class _ECSAdapter:
+    """Drives :mod:`.hmc_ecs` and re-centres its estimator during warm-up."""
+
+    stats = _ECS_STATS
+
+    def __init__(self, config, posterior):
+        self.config = config
+        self.posterior = posterior
+        self.estimator = None
+        self.subsample_size = None
+        self.required_subsample_size = None
+
+    def _choose_m(self, rng, expansion, thetas):
+        cfg = self.config
+        n = self.posterior.n_obs
+        if cfg.subsample_size != "auto":
+            return int(cfg.subsample_size), 0
+        var, cost = self.posterior.difference_variance(expansion, thetas, rng)
+        required = n * n * float(np.mean(var)) / cfg.target_loglik_var
+        self.required_subsample_size = required
+        m = int(min(n, max(min(n, cfg.min_subsample_size), math.ceil(required))))
+        return m, cost
+
+    def init(self, rng, position, expansion):
+        metric = metric_from_mass_matrix(expansion.neg_hessian, dense=False)
+        thetas = [position] + [expansion.theta_star + _laplace_offset(rng, metric)
+                               for _ in range(19)]
+        m, cost = self._choose_m(rng, expansion, thetas)
+        self.estimator = self.posterior.difference_estimator(expansion, m, self.config.n_blocks)
+        self.subsample_size = self.estimator.subsample_size
+        state = hmc_ecs.init(position, self.estimator, rng)
+        return state, cost + self.subsample_size
+
+    def target_at(self, state):
+        return self.estimator.conditional(state.subsample)
+
+    def step(self, rng, state, params):
+        return hmc_ecs.step(rng, state, self.estimator, params)
+
+    def recentre(self, rng, state, expansion, recent):
+        pick = np.linspace(0, len(recent) - 1, min(20, len(recent))).astype(int)
+        m, cost = self._choose_m(rng, expansion, recent[pick])
+        if m == self.estimator.subsample_size or (
+                self.config.subsample_size == "auto" and m <= self.estimator.subsample_size
+                and m >= 0.8 * self.estimator.subsample_size):
+            self.estimator = self.estimator.recentre(expansion)
+            sub = self.estimator.refresh(state.subsample)
+        else:
+            self.estimator = self.posterior.difference_estimator(expansion, m,
+                                                                 self.config.n_blocks)
+            sub = self.estimator.init_subsample(rng)
+        self.subsample_size = self.estimator.subsample_size
+        est = self.estimator.evaluate(state.position, sub)
+        new = hmc_ecs.HMCECSState(state.position, float(est.logdensity), est.grad, sub,
+                                  float(est.loglik_var))
+        return new, cost + self.subsample_size
+
+
+class _HMCFamily(SamplerConfig):
+    """Shared tuning and driver of the HMC samplers."""
+
+    def _validate_common(self, n_obs):
+        if not (isinstance(self.step_size, str) and self.step_size == "auto"):
+            check_positive_float(self.step_size, "step_size")
+        check_positive_float(self.trajectory_length, "trajectory_length")
+        check_positive_float(self.target_accept, "target_accept", upper=1.0)
+        check_positive_int(self.max_integration_steps, "max_integration_steps")
+        check_positive_float(self.reference_fraction, "reference_fraction", upper=1.0,
+                             inclusive_upper=True)
+        check_positive_float(self.divergence_threshold, "divergence_threshold")
+        if self.mass_matrix not in ("dense", "diagonal"):
+            raise ValueError(
+                f"mass_matrix must be 'dense' or 'diagonal', got {self.mass_matrix!r}."
+            )
+
+    def prepare(self, rng, posterior):
+        """Reference point theta* from a random subset and one full pass at it.
+
+        The subset has ``reference_fraction * n_obs`` observations (at least
+        2,000, or all of them for small data); its posterior mode, with the
+        log-likelihood scaled by ``n_obs / subset size``, is the first theta*.
+        """
+        n = posterior.n_obs
+        n_sub = max(2000, math.ceil(self.reference_fraction * n))
+        idx = None if n_sub >= n else np.sort(rng.choice(n, n_sub, replace=False))
+        theta_star, cost = posterior.mode(idx=idx)
+        expansion = posterior.expand(theta_star, self._taylor_order())
+        return Prepared(expansion, cost + expansion.n_obs_evaluated)
+
+    def _taylor_order(self):
+        return 2
+
+    def _n_steps(self, step_size):
+        n = math.ceil(self.trajectory_length / step_size - 1e-9)
+        return int(min(max(n, 1), self.max_integration_steps))
+
+    def _run(self, adapter, rng, posterior, prepared, n_warmup, n_draws):
+        t_start = time.perf_counter()
+        dense = self.mass_matrix == "dense"
+        expansion = prepared.expansion
+        metric = metric_from_mass_matrix(expansion.neg_hessian, dense)
+        position = expansion.theta_star + _laplace_offset(rng, metric)
+        state, n_eval_warm = adapter.init(rng, position, expansion)
+        adapt = isinstance(self.step_size, str)
+        if adapt:
+            eps, k = find_reasonable_step_size(
+                rng, adapter.target_at(state), state.position, state.logdensity,
+                state.logdensity_grad, metric, initial=min(1.0, self.trajectory_length))
+            n_eval_warm += k * adapter.subsample_size
+        else:
+            eps = float(self.step_size)
+        da = dual_averaging_init(eps)
+        schedule = set(refinement_schedule(n_warmup))
+        window = []
+        n_div_warm = 0
+        thr = float(self.divergence_threshold)
+        for it in range(n_warmup):
+            params = hmc.HMCParams(eps, self._n_steps(eps), metric, thr)
+            state, info = adapter.step(rng, state, params)
+            n_eval_warm += info.n_obs_evaluated
+            n_div_warm += int(info.is_divergent)
+            if adapt:
+                da = dual_averaging_update(da, info.acceptance_rate, self.target_accept)
+                eps = math.exp(da.log_step_size)
+            window.append(state.position)
+            if it + 1 in schedule:
+                recent = np.asarray(window[len(window) // 2:])
+                expansion = posterior.expand(recent.mean(axis=0), self._taylor_order())
+                metric = metric_from_mass_matrix(expansion.neg_hessian, dense)
+                state, cost = adapter.recentre(rng, state, expansion, recent)
+                n_eval_warm += expansion.n_obs_evaluated + cost
+                window = []
+                if adapt:
+                    da = dual_averaging_init(eps)
+        if adapt and n_warmup > 0:
+            eps = math.exp(da.log_step_size_avg)
+        n_steps = self._n_steps(eps)
+        params = hmc.HMCParams(eps, n_steps, metric, thr)
+        t_warm = time.perf_counter()
+
+        dim = posterior.dim
+        draws = np.empty((n_draws, dim))
+        stats = {name: np.empty(n_draws, dtype=bool if name == "diverging" else float)
+                 for name in adapter.stats}
+        n_eval_samp = 0
+        for it in range(n_draws):
+            state, info = adapter.step(rng, state, params)
+            draws[it] = state.position
+            n_eval_samp += info.n_obs_evaluated
+            stats["acceptance_rate"][it] = info.acceptance_rate
+            stats["diverging"][it] = info.is_divergent
+            stats["energy"][it] = info.energy
+            stats["energy_error"][it] = info.energy_error
+            stats["lp"][it] = state.logdensity
+            stats["step_size"][it] = eps
+            stats["n_steps"][it] = info.n_integration_steps
+            stats["n_obs_evaluated"][it] = info.n_obs_evaluated
+            if "loglik_var" in stats:
+                stats["subsample_acceptance_rate"][it] = info.subsample_acceptance_rate
+                stats["loglik_var"][it] = info.loglik_var
+        t_end = time.perf_counter()
+        return ChainResult(
+            draws=draws, stats=stats, n_obs_evaluated_warmup=int(n_eval_warm),
+            n_obs_evaluated_sampling=int(n_eval_samp), n_divergent_warmup=n_div_warm,
+            step_size=float(eps), n_integration_steps=n_steps,
+            inverse_mass_matrix=metric.inverse_mass_matrix,
+            theta_star=np.asarray(expansion.theta_star),
+            subsample_size=int(adapter.subsample_size),
+            wall_time_warmup=t_warm - t_start, wall_time_sampling=t_end - t_warm,
+        )
+
+
+class HMC(_HMCFamily):
+    """Full-data Hamiltonian Monte Carlo with the paper's tuning.
+
+    Every leapfrog step evaluates the log-likelihood gradient on all the data
+    (one chunked pass), so the cost per iteration grows linearly in ``n_obs``.
+    It is the exact baseline the subsampling samplers are measured against.
+
+    Parameters
+    ----------
+    step_size : "auto" or float, default="auto"
+        ``"auto"`` tunes it by dual averaging during warm-up (Hoffman and
+        Gelman, 2014); a number fixes it.
+    trajectory_length : float, default=1.2
+        Integration time ``eps L`` (Dang et al., 2019, §6.3).  In the metric of
+        the Hessian-based mass matrix the posterior is close to a standard
+        normal, whose quarter period is pi/2 ~ 1.57.
+    target_accept : float, default=0.8
+        Target average acceptance probability of dual averaging.
+    mass_matrix : {"dense", "diagonal"}, default="dense"
+        Negative Hessian of the log posterior at theta*, or its diagonal.
+    max_integration_steps : int, default=1000
+        Cap on ``L`` when the step size becomes very small.
+    reference_fraction : float, default=0.01
+        Fraction of the data whose posterior mode is the first theta*.
+    divergence_threshold : float, default=1000.0
+        Energy error beyond which a transition is divergent (rejected, counted).
+
+    References
+    ----------
+    Neal, R. M. (2011). MCMC using Hamiltonian dynamics. Handbook of MCMC.
+    Hoffman, M. D. and Gelman, A. (2014). The No-U-Turn sampler. JMLR 15.
+    Dang, K.-D. et al. (2019). Hamiltonian Monte Carlo with energy conserving
+    subsampling. JMLR 20(100), §6.3-6.4.
+    """
+
+    name = "hmc"
+
+    def __init__(self, step_size="auto", trajectory_length=1.2, target_accept=0.8,
+                 mass_matrix="dense", max_integration_steps=1000, reference_fraction=0.01,
+                 divergence_threshold=1000.0):
+        self.step_size = step_size
+        self.trajectory_length = trajectory_length
+        self.target_accept = target_accept
+        self.mass_matrix = mass_matrix
+        self.max_integration_steps = max_integration_steps
+        self.reference_fraction = reference_fraction
+        self.divergence_threshold = divergence_threshold
+
+    def validate(self, n_obs):
+        self._validate_common(n_obs)
+
+    def run_chain(self, rng, posterior, prepared, n_warmup, n_draws):
+        return self._run(_FullDataAdapter(posterior), rng, posterior, prepared, n_warmup,
+                         n_draws)
+
+
+class HMCECS(_HMCFamily):
+    """HMC with energy conserving subsampling, perturbed estimator (Dang et al., 2019).
+
+    Each iteration updates the data subsample by a block pseudo-marginal MH
+    step, then takes an HMC step in which the same estimated Hamiltonian
+    drives the dynamics and the acceptance (Algorithm 1).  The log-likelihood
+    estimator is the difference estimator with Taylor control variates around
+    theta* and the ``-sigma2/2`` bias correction (eqs. 4.1-4.7).  Per
+    iteration it reads ``(L + 1) m`` observations instead of ``L n``.
+
+    Parameters
+    ----------
+    subsample_size : "auto" or int, default="auto"
+        ``m``.  ``"auto"`` targets a log-likelihood estimator variance of
+        ``target_loglik_var`` at draws around theta*, re-chosen as theta* is
+        refined during warm-up (see the module notes).  An integer is rounded
+        up to a multiple of ``n_blocks`` and must not exceed the data size.
+    n_blocks : int, default=100
+        ``G``: the subsample is split into ``G`` blocks and one block is
+        redrawn per iteration, giving a correlation ``rho ~ 1 - 1/G`` between
+        successive log-likelihood estimates (§3.3).
+    taylor_order : {0, 1, 2}, default=2
+        Order of the Taylor control variates (eq. 4.4 and §6.8).
+    target_loglik_var : float, default=1.0
+        Variance of the log-likelihood estimator that ``"auto"`` aims for.
+    min_subsample_size : int, default=1000
+        Lower bound for ``"auto"`` (capped at the data size).
+    step_size, trajectory_length, target_accept, mass_matrix, \
+max_integration_steps, reference_fraction, divergence_threshold
+        As for :class:`HMC`.
+
+    References
+    ----------
+    Dang, K.-D., Quiroz, M., Kohn, R., Tran, M.-N. and Villani, M. (2019).
+    Hamiltonian Monte Carlo with energy conserving subsampling. JMLR 20(100).
+    Quiroz, M., Kohn, R., Villani, M. and Tran, M.-N. (2018). Speeding up
+    MCMC by efficient data subsampling. JASA 114(526).
+    Tran, M.-N., Kohn, R., Quiroz, M. and Villani, M. (2017). The block
+    pseudo-marginal sampler. arXiv:1603.02485.
+    """
+
+    name = "hmc_ecs"
+
+    def __init__(self, subsample_size="auto", n_blocks=100, taylor_order=2,
+                 target_loglik_var=1.0, min_subsample_size=1000, step_size="auto",
+                 trajectory_length=1.2, target_accept=0.8, mass_matrix="dense",
+                 max_integration_steps=1000, reference_fraction=0.01,
+                 divergence_threshold=1000.0):
+        self.subsample_size = subsample_size
+        self.n_blocks = n_blocks
+        self.taylor_order = taylor_order
+        self.target_loglik_var = target_loglik_var
+        self.min_subsample_size = min_subsample_size
+        self.step_size = step_size
+        self.trajectory_length = trajectory_length
+        self.target_accept = target_accept
+        self.mass_matrix = mass_matrix
+        self.max_integration_steps = max_integration_steps
+        self.reference_fraction = reference_fraction
+        self.divergence_threshold = divergence_threshold
+
+    def _taylor_order(self):
+        return int(self.taylor_order)
+
+    def validate(self, n_obs):
+        self._validate_common(n_obs)
+        check_positive_int(self.n_blocks, "n_blocks")
+        check_positive_int(self.min_subsample_size, "min_subsample_size")
+        check_positive_float(self.target_loglik_var, "target_loglik_var")
+        if self.taylor_order not in (0, 1, 2) or isinstance(self.taylor_order, bool):
+            raise ValueError(f"taylor_order must be 0, 1 or 2, got {self.taylor_order!r}.")
+        if not (isinstance(self.subsample_size, str) and self.subsample_size == "auto"):
+            check_positive_int(self.subsample_size, "subsample_size")
+            if self.subsample_size > n_obs:
+                raise ValueError(
+                    f"subsample_size={self.subsample_size} is larger than the data "
+                    f"({n_obs} observations). Use a smaller subsample_size, "
+                    "subsample_size='auto', or the full-data sampler='hmc'."
+                )
+
+    def run_chain(self, rng, posterior, prepared, n_warmup, n_draws):
+        return self._run(_ECSAdapter(self, posterior), rng, posterior, prepared, n_warmup,
+                         n_draws)

@@ -1,0 +1,72 @@
+"""The small protocols samplers are written against.
+
+Samplers never import a model or a likelihood class: they see only these
+duck-typed interfaces, which the likelihood layer implements.  Sign
+convention: every ``logdensity`` is a log posterior density (up to a
+constant); the integrators use the potential energy ``-logdensity``.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import numpy as np
+
+
+class DifferentiableTarget(Protocol):
+    """A log density with its gradient."""
+
+    #: Per-observation log-likelihood-and-gradient evaluations per call.
+    n_obs_per_eval: int
+
+    def logdensity_and_grad(self, position: np.ndarray) -> tuple[float, np.ndarray]:
+        """Log density and its gradient at ``position``."""
+
+
+class Expansion(Protocol):
+    """A Taylor expansion of the log likelihood around a reference point."""
+
+    theta_star: np.ndarray
+    order: int
+    #: Negative Hessian of the log posterior at ``theta_star`` (dim, dim).
+    neg_hessian: np.ndarray
+    n_obs_evaluated: int
+
+
+class SubsampleEstimator(Protocol):
+    """An estimator of the log posterior from a subsample ``u`` (HMC-ECS)."""
+
+    subsample_size: int
+    n_blocks: int
+
+    def init_subsample(self, rng: np.random.Generator): ...
+
+    def propose_subsample(self, rng: np.random.Generator, subsample): ...
+
+    def evaluate(self, position: np.ndarray, subsample):
+        """Return an object with ``logdensity``, ``grad`` and ``loglik_var``."""
+
+    def conditional(self, subsample) -> DifferentiableTarget: ...
+
+    def recentre(self, expansion: Expansion) -> "SubsampleEstimator": ...
+
+    def refresh(self, subsample): ...
+
+
+class TallPosterior(Protocol):
+    """Everything a sampler may ask of a posterior built on tall data."""
+
+    n_obs: int
+    dim: int
+
+    def full_target(self) -> DifferentiableTarget: ...
+
+    def mode(self, theta0=None, idx=None) -> tuple[np.ndarray, int]: ...
+
+    def expand(self, theta_star: np.ndarray, order: int = 2) -> Expansion: ...
+
+    def difference_estimator(self, expansion: Expansion, subsample_size: int,
+                             n_blocks: int = 100) -> SubsampleEstimator: ...
+
+    def difference_variance(self, expansion: Expansion, thetas, rng,
+                            n_pilot: int = 20000) -> tuple[np.ndarray, int]: ...

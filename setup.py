@@ -1,0 +1,53 @@
+"""Installation script for bayesian_subsample."""
+
+import os
+import re
+
+from setuptools import find_packages, setup
+
+HERE = os.path.abspath(os.path.dirname(__file__))
+
+
+def _read(*parts):
+    with open(os.path.join(HERE, *parts), encoding="utf-8") as fh:
+        return fh.read()
+
+
+def _version():
+    text = _read("bayesian_subsample", "_version.py")
+    return re.search(r'__version__ = "([^"]+)"', text).group(1)
+
+
+setup(
+    name="bayesian_subsample",
+    version=_version(),
+    description=(
+        "Scikit-learn estimators for Bayesian models on tall data, sampled by "
+        "subsampling MCMC (HMC with energy conserving subsampling and friends)."
+    ),
+    long_description=_read("README.md"),
+    long_description_content_type="text/markdown",
+    license="BSD-3-Clause",
+    packages=find_packages(include=["bayesian_subsample", "bayesian_subsample.*"]),
+    python_requires=">=3.10",
+    install_requires=[
+        "numpy>=1.23",
+        "scipy>=1.9",
+        "scikit-learn>=1.6",
+        "joblib>=1.2",
+    ],
+    extras_require={
+        "test": ["pytest>=7"],
+        "doc": ["sphinx>=7", "numpydoc>=1.6"],
+        "plot": ["matplotlib>=3.5"],
+        "arviz": ["arviz", "xarray"],
+    },
+    entry_points={
+        "console_scripts": ["bayesian-subsample=bayesian_subsample.__main__:main"],
+    },
+    classifiers=[
+        "Programming Language :: Python :: 3",
+        "Intended Audience :: Science/Research",
+        "Topic :: Scientific/Engineering :: Mathematics",
+    ],
+)
