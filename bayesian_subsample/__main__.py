@@ -1,0 +1,36 @@
+"""Command line: ``python -m bayesian_subsample demo [--n N]``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(
+        prog="python -m bayesian_subsample",
+        description="Bayesian scikit-learn estimators for tall data.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    demo = sub.add_parser(
+        "demo", help="fit HMC-ECS and full-data HMC on HIGGS-like data and compare them")
+    demo.add_argument("--n", type=int, default=200_000,
+                      help="rows of synthetic data (default 200000; 1000000 takes ~5x longer)")
+    demo.add_argument("--n-chains", type=int, default=2)
+    demo.add_argument("--n-warmup", type=int, default=500)
+    demo.add_argument("--n-draws", type=int, default=1000)
+    demo.add_argument("--n-jobs", type=int, default=-1,
+                      help="parallel chains (default -1: all cores)")
+    demo.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    if args.command == "demo":
+        from ._demo import run_demo
+
+        if args.n < 1000:
+            parser.error("--n must be at least 1000")
+        run_demo(args)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
