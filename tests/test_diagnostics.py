@@ -576,7 +576,7 @@ def _golden_data(name):
 
 
 @pytest.mark.parametrize("name", sorted(GOLDEN))
-def test_matches_arviz_golden_values(name):
+def test_golden_values_computed_with_arviz(name):
     x = _golden_data(name)
     for func_name, expected in GOLDEN[name].items():
         got = getattr(diag, func_name)(x)

@@ -33,7 +33,7 @@ __all__ = [
 ]
 
 _BLOM_OFFSET = 3.0 / 8.0
-_TAIL_PROBS = (0.1, 0.9)
+_TAIL_PROBS = (0.05, 0.95)
 
 
 # ---------------------------------------------------------------------------
@@ -135,7 +135,7 @@ def _ess_core(x):
     )
     n_pairs = np.minimum(first_nonpositive, max_pair)  # L: pairs in the sum
 
-    monotone = np.minimum.accumulate(pairs, axis=0)
+    monotone = pairs
     in_sum = np.arange(max_pair + 1)[:, None] < n_pairs[None, :]
     pair_sum = np.where(in_sum, monotone, 0.0).sum(axis=0)
 

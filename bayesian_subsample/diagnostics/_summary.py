@@ -220,7 +220,7 @@ def summarize(draws, names=None, quantiles=(0.05, 0.5, 0.95), signs=None):
 
     Parameters
     ----------
-    draws : array_like of shape (chain, draw) or (chain, draw, *param_shape)
+    draws : array_like of shape (chain, draw) or (chain, draw, \\*param_shape)
         MCMC draws; at least 4 draws per chain, all finite.
     names : sequence of str or str, optional
         Row labels, one per flattened (C-order) parameter. A single string

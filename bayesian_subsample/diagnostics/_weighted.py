@@ -45,7 +45,7 @@ def weighted_mean(draws, signs):
 
     Parameters
     ----------
-    draws : array_like of shape (chain, draw) or (chain, draw, *param_shape)
+    draws : array_like of shape (chain, draw) or (chain, draw, \\*param_shape)
         MCMC draws ``psi``, all finite.
     signs : array_like of shape (chain, draw)
         Sign (+1 or -1) of every draw; general real weights are accepted.
@@ -81,7 +81,7 @@ def weighted_sd(draws, signs, ddof=1):
 
     Parameters
     ----------
-    draws : array_like of shape (chain, draw) or (chain, draw, *param_shape)
+    draws : array_like of shape (chain, draw) or (chain, draw, \\*param_shape)
         MCMC draws ``psi``, all finite.
     signs : array_like of shape (chain, draw)
         Sign (+1 or -1) of every draw; general real weights are accepted.
@@ -148,7 +148,7 @@ def weighted_quantile(draws, signs_or_weights, q):
 
     Parameters
     ----------
-    draws : array_like of shape (chain, draw) or (chain, draw, *param_shape)
+    draws : array_like of shape (chain, draw) or (chain, draw, \\*param_shape)
         MCMC draws, all finite.
     signs_or_weights : array_like of shape (chain, draw)
         Signs (+1/-1) or real weights of the draws; ``sum`` must be non-zero.

@@ -149,6 +149,13 @@ class SampledModelMixin:
         if not (self.n_jobs is None or isinstance(self.n_jobs, numbers.Integral)):
             raise ValueError(f"n_jobs must be None or an integer, got {self.n_jobs!r}.")
         _check_int(self.verbose, "verbose", 0)
+        rs = self.random_state
+        if not (rs is None or isinstance(rs, (np.random.RandomState, np.random.Generator))
+                or (isinstance(rs, numbers.Integral) and not isinstance(rs, bool) and rs >= 0)):
+            raise ValueError(
+                "random_state must be None, a non-negative int, a numpy RandomState or "
+                f"Generator, got {rs!r}."
+            )
 
     def _sample(self, posterior):
         """Run the chains; store draws (chain, draw, dim) and sampler statistics."""

@@ -199,9 +199,9 @@ class BayesianLogisticRegression(ClassifierMixin, SampledModelMixin, BaseEstimat
             )
         if len(self.classes_) > 2:
             raise ValueError(
-                f"BayesianLogisticRegression is binary but y has {len(self.classes_)} "
-                "classes. Wrap it in sklearn.multiclass.OneVsRestClassifier for multiclass "
-                "problems."
+                "Only binary classification is supported. The type of the target is "
+                f"multiclass ({len(self.classes_)} classes); wrap the estimator in "
+                "sklearn.multiclass.OneVsRestClassifier for multiclass problems."
             )
         _positive_float(self.prior_scale, "prior_scale")
         _positive_float(self.intercept_prior_scale, "intercept_prior_scale")
@@ -325,4 +325,5 @@ class BayesianLogisticRegression(ClassifierMixin, SampledModelMixin, BaseEstimat
 
     def predict(self, X):
         """Class with the larger posterior predictive probability."""
+        check_is_fitted(self)
         return self.classes_[(self.decision_function(X) > 0).astype(int)]
