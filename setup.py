@@ -35,6 +35,7 @@ setup(
         "scipy>=1.9",
         "scikit-learn>=1.6",
         "joblib>=1.2",
+        "threadpoolctl>=3.1",
     ],
     extras_require={
         "test": ["pytest>=7"],

@@ -371,7 +371,8 @@ def test_weighted_exact_ratio_estimator():
         assert np.isnan(weighted_sd(draws, signs))
     # a negative signed variance is reported as NaN with a warning
     with pytest.warns(RuntimeWarning, match="negative"):
-        assert np.isnan(weighted_sd(np.array([[0.0, 0.0, 5.0, 0.0]]), np.array([[1, 1, -1, 1]]), ddof=0))
+        sd = weighted_sd(np.array([[0.0, 0.0, 5.0, 0.0]]), np.array([[1, 1, -1, 1]]), ddof=0)
+        assert np.isnan(sd)
 
 
 def test_weighted_estimators_recover_signed_target():
@@ -399,7 +400,9 @@ def test_weighted_quantile_monotone_rearrangement_by_hand():
     # (0, 0.5, 0.5, 1), i.e. plotting positions (0, 0.5, 0.5, 1).
     draws = np.array([[3.0, 1.0, 4.0, 2.0]])
     signs = np.array([[1.0, 1.0, 1.0, -1.0]])
-    np.testing.assert_allclose(weighted_quantile(draws, signs, [0.0, 0.25, 0.75, 1.0]), [1.0, 1.5, 3.5, 4.0])
+    np.testing.assert_allclose(
+        weighted_quantile(draws, signs, [0.0, 0.25, 0.75, 1.0]), [1.0, 1.5, 3.5, 4.0]
+    )
     # strongly signed random input: quantiles are non-decreasing in q
     rng = np.random.default_rng(0)
     x = rng.standard_normal((1, 60, 5))

@@ -100,3 +100,12 @@ def test_glm_shape_errors():
         GLM(np.ones(3), np.ones(3), LogisticFamily())
     with pytest.raises(ValueError, match="shape"):
         GLM(np.ones((3, 2)), np.ones(4), LogisticFamily())
+
+
+@pytest.mark.parametrize("maker", [make_logistic, make_gaussian])
+def test_gradient_only_pass_equals_full_pass(maker):
+    post = maker(n=777, chunk_size=100)
+    theta = np.linspace(-0.2, 0.3, post.dim)
+    target = post.full_target()
+    np.testing.assert_allclose(target.grad(theta), target.logdensity_and_grad(theta)[1],
+                               rtol=1e-12, atol=1e-12)

@@ -17,7 +17,7 @@ This module depends on numpy and scipy only.
 """
 
 import numpy as np
-from scipy import stats
+from scipy import special, stats
 
 from ._validation import apply_by_param, as_draws, as_signs, finish, flatten_params
 
@@ -80,10 +80,12 @@ def _z_scale(x):
     """
     n_chain, n_draw, n_params = x.shape
     size = n_chain * n_draw
-    ranks = stats.rankdata(x.reshape(size, n_params), method="average", axis=0)
+    # rank along a contiguous last axis: (k, chain * draw)
+    by_param = np.ascontiguousarray(x.reshape(size, n_params).T)
+    ranks = stats.rankdata(by_param, method="average", axis=-1)
     c = _BLOM_OFFSET
-    z = stats.norm.ppf((ranks - c) / (size - 2 * c + 1))
-    return z.reshape(x.shape)
+    z = special.ndtri((ranks - c) / (size - 2 * c + 1))  # == stats.norm.ppf
+    return z.T.reshape(x.shape)
 
 
 def _autocov(x):
@@ -135,7 +137,7 @@ def _ess_core(x):
     )
     n_pairs = np.minimum(first_nonpositive, max_pair)  # L: pairs in the sum
 
-    monotone = pairs
+    monotone = np.minimum.accumulate(pairs, axis=0)
     in_sum = np.arange(max_pair + 1)[:, None] < n_pairs[None, :]
     pair_sum = np.where(in_sum, monotone, 0.0).sum(axis=0)
 
@@ -274,7 +276,7 @@ def split_rhat(draws):
 
     Parameters
     ----------
-    draws : array_like of shape (chain, draw) or (chain, draw, *param_shape)
+    draws : array_like of shape (chain, draw) or (chain, draw, \\*param_shape)
         MCMC draws; at least 4 draws per chain, all finite.
 
     Returns
@@ -311,7 +313,7 @@ def ess_bulk(draws):
 
     Parameters
     ----------
-    draws : array_like of shape (chain, draw) or (chain, draw, *param_shape)
+    draws : array_like of shape (chain, draw) or (chain, draw, \\*param_shape)
         MCMC draws; at least 4 draws per chain, all finite.
 
     Returns
@@ -346,7 +348,7 @@ def ess_tail(draws):
 
     Parameters
     ----------
-    draws : array_like of shape (chain, draw) or (chain, draw, *param_shape)
+    draws : array_like of shape (chain, draw) or (chain, draw, \\*param_shape)
         MCMC draws; at least 4 draws per chain, all finite.
 
     Returns
@@ -380,7 +382,7 @@ def ess_mean(draws):
 
     Parameters
     ----------
-    draws : array_like of shape (chain, draw) or (chain, draw, *param_shape)
+    draws : array_like of shape (chain, draw) or (chain, draw, \\*param_shape)
         MCMC draws; at least 4 draws per chain, all finite.
 
     Returns
@@ -417,7 +419,7 @@ def mcse_mean(draws, signs=None):
 
     Parameters
     ----------
-    draws : array_like of shape (chain, draw) or (chain, draw, *param_shape)
+    draws : array_like of shape (chain, draw) or (chain, draw, \\*param_shape)
         MCMC draws; at least 4 draws per chain, all finite.
     signs : array_like of shape (chain, draw), optional
         Signs (+1/-1) or real weights of the draws.
@@ -460,7 +462,7 @@ def mcse_sd(draws, signs=None):
 
     Parameters
     ----------
-    draws : array_like of shape (chain, draw) or (chain, draw, *param_shape)
+    draws : array_like of shape (chain, draw) or (chain, draw, \\*param_shape)
         MCMC draws; at least 4 draws per chain, all finite.
     signs : array_like of shape (chain, draw), optional
         Signs (+1/-1) or real weights of the draws.
@@ -500,7 +502,7 @@ def inefficiency_factor(draws):
 
     Parameters
     ----------
-    draws : array_like of shape (chain, draw) or (chain, draw, *param_shape)
+    draws : array_like of shape (chain, draw) or (chain, draw, \\*param_shape)
         MCMC draws; at least 4 draws per chain, all finite.
 
     Returns

@@ -19,6 +19,7 @@ import numpy as np
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils import check_random_state
 from sklearn.utils.parallel import Parallel, delayed
+from threadpoolctl import threadpool_limits
 
 from ..diagnostics import (
     computational_time,
@@ -86,9 +87,17 @@ def seed_sequences(random_state, n_children):
 
 
 def _run_one_chain(config, seed, posterior, prepared, n_warmup, n_draws):
-    """Module-level chain task (picklable for every joblib backend)."""
-    return config.run_chain(np.random.default_rng(seed), posterior, prepared, n_warmup,
-                            n_draws)
+    """Module-level chain task (picklable for every joblib backend).
+
+    BLAS runs single-threaded inside a chain: the products are small (HMC-ECS)
+    or already parallel across chains, and a fixed thread count makes the
+    floating-point results, hence the draws, identical for any ``n_jobs`` and
+    backend (joblib's process workers otherwise get fewer BLAS threads than
+    the main process, which changes summation order).
+    """
+    with threadpool_limits(limits=1, user_api="blas"):
+        return config.run_chain(np.random.default_rng(seed), posterior, prepared, n_warmup,
+                                n_draws)
 
 
 def run_chains(config, posterior, random_state, n_chains, n_warmup, n_draws, n_jobs=None,

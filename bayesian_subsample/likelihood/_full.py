@@ -35,6 +35,12 @@ class FullDataTarget:
         lp, gp = self.prior.logdensity_and_grad(theta)
         return value + lp, grad + gp
 
+    def grad(self, theta):
+        """Gradient of the log density alone (inside a leapfrog trajectory)."""
+        if not hasattr(self.model.family, "grad_eta"):
+            return self.logdensity_and_grad(theta)[1]
+        return self.model.grad_sum(theta) - self.prior.precision * theta
+
 
 class TaylorExpansion(NamedTuple):
     """Population sums of the Taylor control variates around ``theta_star``.

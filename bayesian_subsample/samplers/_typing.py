@@ -22,6 +22,9 @@ class DifferentiableTarget(Protocol):
     def logdensity_and_grad(self, position: np.ndarray) -> tuple[float, np.ndarray]:
         """Log density and its gradient at ``position``."""
 
+    # Optional: ``grad(position) -> ndarray``, the gradient alone, used by the
+    # leapfrog integrator inside a trajectory when it is cheaper.
+
 
 class Expansion(Protocol):
     """A Taylor expansion of the log likelihood around a reference point."""
