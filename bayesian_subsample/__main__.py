@@ -14,8 +14,8 @@ def main(argv=None):
     sub = parser.add_subparsers(dest="command", required=True)
     demo = sub.add_parser(
         "demo", help="fit HMC-ECS and full-data HMC on HIGGS-like data and compare them")
-    demo.add_argument("--n", type=int, default=200_000,
-                      help="rows of synthetic data (default 200000; 1000000 takes ~5x longer)")
+    demo.add_argument("--n", type=int, default=100_000,
+                      help="rows of synthetic data (default 100000; 1000000 is the paper scale and takes ~10x longer)")
     demo.add_argument("--n-chains", type=int, default=2)
     demo.add_argument("--n-warmup", type=int, default=500)
     demo.add_argument("--n-draws", type=int, default=1000)

@@ -251,3 +251,15 @@ def test_integer_weights_match_repeated_rows():
 
     assert np.all(z(fits["weighted"], fits["repeated"]) < 4)
     assert np.any(z(fits["weighted"], fits["ignored"]) > 4)
+
+
+@pytest.mark.parametrize("n", [4000, 40000])
+def test_hmc_ecs_work_per_iteration_does_not_depend_on_n(n):
+    """Each HMC-ECS iteration reads (L + 1) m rows: one estimate for the
+    subsample update and one per leapfrog step, whatever the data size."""
+    X, y, _ = make_higgs_like(n_samples=n, n_features=3, random_state=0)
+    clf = _quiet_fit(BayesianLogisticRegression(subsample_size=500, **FAST), X, y)
+    stats = clf.sample_stats_
+    expected = (stats["n_steps"] + 1) * 500
+    np.testing.assert_array_equal(stats["n_obs_evaluated"], expected)
+    assert clf.evaluations_["sampling"] == expected.sum()

@@ -46,6 +46,7 @@ from .adaptation import (
     find_reasonable_step_size,
     refinement_schedule,
 )
+from .chebyshev import chebyshev_times, constant_times, eigenvalue_range
 from .metric import metric_from_mass_matrix
 
 __all__ = ["HMC", "HMCECS"]
@@ -159,6 +160,13 @@ class _HMCFamily(SamplerConfig):
             raise ValueError(
                 f"mass_matrix must be 'dense' or 'diagonal', got {self.mass_matrix!r}."
             )
+        if self.integration_time not in ("fixed", "chebyshev", "quarter_period"):
+            raise ValueError(
+                "integration_time must be 'fixed', 'chebyshev' or 'quarter_period', got "
+                f"{self.integration_time!r}."
+            )
+        if self.chebyshev_cycle is not None:
+            check_positive_int(self.chebyshev_cycle, "chebyshev_cycle")
 
     def prepare(self, rng, posterior):
         """Reference point theta* from a random subset and one full pass at it.
@@ -177,9 +185,26 @@ class _HMCFamily(SamplerConfig):
     def _taylor_order(self):
         return 2
 
-    def _n_steps(self, step_size):
-        n = math.ceil(self.trajectory_length / step_size - 1e-9)
+    def _n_steps(self, step_size, time=None):
+        time = self.trajectory_length if time is None else time
+        n = math.ceil(time / step_size - 1e-9)
         return int(min(max(n, 1), self.max_integration_steps))
+
+    def _integration_schedule(self, rng, expansion, metric, n_draws):
+        """Post-warm-up integration times, or None for the fixed trajectory length.
+
+        The extreme eigenvalues are those of the Hessian of the potential at
+        theta* in the metric of the mass matrix actually used (see
+        :mod:`.chebyshev`).
+        """
+        if self.integration_time == "fixed":
+            return None
+        m, L = eigenvalue_range(expansion.neg_hessian, metric.inverse_mass_matrix)
+        m = max(m, 1e-12 * L)
+        K = int(self.chebyshev_cycle or max(n_draws, 1))
+        if self.integration_time == "quarter_period":
+            return constant_times(L, K)
+        return chebyshev_times(m, L, K, rng)
 
     def _run(self, adapter, rng, posterior, prepared, n_warmup, n_draws):
         t_start = time.perf_counter()
@@ -223,6 +248,7 @@ class _HMCFamily(SamplerConfig):
             eps = math.exp(da.log_step_size_avg)
         n_steps = self._n_steps(eps)
         params = hmc.HMCParams(eps, n_steps, metric, thr)
+        times = self._integration_schedule(rng, expansion, metric, n_draws)
         t_warm = time.perf_counter()
 
         dim = posterior.dim
@@ -231,6 +257,9 @@ class _HMCFamily(SamplerConfig):
                  for name in adapter.stats}
         n_eval_samp = 0
         for it in range(n_draws):
+            if times is not None:
+                params = params._replace(
+                    n_integration_steps=self._n_steps(eps, times[it % len(times)]))
             state, info = adapter.step(rng, state, params)
             draws[it] = state.position
             n_eval_samp += info.n_obs_evaluated
@@ -283,6 +312,19 @@ class HMC(_HMCFamily):
         Fraction of the data whose posterior mode is the first theta*.
     divergence_threshold : float, default=1000.0
         Energy error beyond which a transition is divergent (rejected, counted).
+    integration_time : {"fixed", "chebyshev", "quarter_period"}, default="fixed"
+        After warm-up, ``"fixed"`` integrates for ``trajectory_length``;
+        ``"chebyshev"`` cycles through the permuted Chebyshev integration times
+        of Wang and Wibisono (Algorithm 2) for the eigenvalue range ``[m, L]``
+        of the Hessian at theta* in the metric of the mass matrix;
+        ``"quarter_period"`` uses ``(pi/2)/sqrt(L)`` every iteration (that
+        paper's constant baseline).  With the dense Hessian mass matrix the
+        range collapses to ``m = L = 1``, so both equal ``pi/2``; they differ
+        from it with ``mass_matrix="diagonal"``.  The number of leapfrog steps
+        is the time divided by the adapted step size, and the Metropolis
+        correction is kept.
+    chebyshev_cycle : int or None, default=None
+        Length ``K`` of the Chebyshev cycle; None uses ``n_draws``.
 
     References
     ----------
@@ -290,13 +332,15 @@ class HMC(_HMCFamily):
     Hoffman, M. D. and Gelman, A. (2014). The No-U-Turn sampler. JMLR 15.
     Dang, K.-D. et al. (2019). Hamiltonian Monte Carlo with energy conserving
     subsampling. JMLR 20(100), §6.3-6.4.
+    Wang, J.-K. and Wibisono, A. (2023). Accelerating Hamiltonian Monte Carlo
+    via Chebyshev integration time. ICLR.
     """
 
     name = "hmc"
 
     def __init__(self, step_size="auto", trajectory_length=1.2, target_accept=0.8,
                  mass_matrix="dense", max_integration_steps=1000, reference_fraction=0.01,
-                 divergence_threshold=1000.0):
+                 divergence_threshold=1000.0, integration_time="fixed", chebyshev_cycle=None):
         self.step_size = step_size
         self.trajectory_length = trajectory_length
         self.target_accept = target_accept
@@ -304,6 +348,8 @@ class HMC(_HMCFamily):
         self.max_integration_steps = max_integration_steps
         self.reference_fraction = reference_fraction
         self.divergence_threshold = divergence_threshold
+        self.integration_time = integration_time
+        self.chebyshev_cycle = chebyshev_cycle
 
     def validate(self, n_obs):
         self._validate_common(n_obs)
@@ -341,7 +387,8 @@ class HMCECS(_HMCFamily):
     min_subsample_size : int, default=1000
         Lower bound for ``"auto"`` (capped at the data size).
     step_size, trajectory_length, target_accept, mass_matrix, \
-max_integration_steps, reference_fraction, divergence_threshold
+max_integration_steps, reference_fraction, divergence_threshold, \
+integration_time, chebyshev_cycle
         As for :class:`HMC`.
 
     References
@@ -360,7 +407,7 @@ max_integration_steps, reference_fraction, divergence_threshold
                  target_loglik_var=1.0, min_subsample_size=1000, step_size="auto",
                  trajectory_length=1.2, target_accept=0.8, mass_matrix="dense",
                  max_integration_steps=1000, reference_fraction=0.01,
-                 divergence_threshold=1000.0):
+                 divergence_threshold=1000.0, integration_time="fixed", chebyshev_cycle=None):
         self.subsample_size = subsample_size
         self.n_blocks = n_blocks
         self.taylor_order = taylor_order
@@ -373,6 +420,8 @@ max_integration_steps, reference_fraction, divergence_threshold
         self.max_integration_steps = max_integration_steps
         self.reference_fraction = reference_fraction
         self.divergence_threshold = divergence_threshold
+        self.integration_time = integration_time
+        self.chebyshev_cycle = chebyshev_cycle
 
     def _taylor_order(self):
         return int(self.taylor_order)
