@@ -182,6 +182,7 @@ class SampledModelMixin:
         self.subsample_size_ = np.array([r.subsample_size for r in results])
         self.inverse_mass_matrix_ = np.stack([r.inverse_mass_matrix for r in results])
         self.reference_point_ = np.stack([r.theta_star for r in results])
+        self.n_refinements_ = np.array([r.n_refinements for r in results])
         self.evaluations_ = {
             "setup": int(prepared.n_obs_evaluated),
             "warmup": int(sum(r.n_obs_evaluated_warmup for r in results)),

@@ -5,8 +5,11 @@
   the estimators built on them.
 * :class:`DifferenceEstimator`: the perturbed difference estimator of the log
   likelihood with Taylor control variates and block-correlated subsamples.
+* :class:`BlockPoissonEstimator`: the signed, unbiased block-Poisson estimator
+  and :func:`tune_block_poisson` for its number of products and lower bound.
 """
 
+from ._block_poisson import BlockPoissonEstimator, SignedSubsample, tune_block_poisson
 from ._difference import (
     ConditionalTarget,
     DifferenceEstimator,
@@ -17,12 +20,15 @@ from ._difference import (
 from ._full import FullDataTarget, TallPosterior, TaylorExpansion
 
 __all__ = [
+    "BlockPoissonEstimator",
     "ConditionalTarget",
     "DifferenceEstimator",
     "Estimate",
     "FullDataTarget",
+    "SignedSubsample",
     "Subsample",
     "TallPosterior",
     "TaylorExpansion",
     "block_layout",
+    "tune_block_poisson",
 ]

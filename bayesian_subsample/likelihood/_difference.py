@@ -58,18 +58,20 @@ class Subsample(NamedTuple):
 
     #: Row indices ``u``, shape (m,), drawn with replacement.
     indices: np.ndarray
-    #: Cached design rows ``X[u]``, shape (m, n_features).
-    X: np.ndarray
+    #: Cached design rows of ``u`` in theta coordinates (a leading column of
+    #: ones when the model has an intercept), shape (m, dim).
+    Z: np.ndarray
     #: Targets ``y[u]``.
     y: np.ndarray
     #: Observation weights ``w[u]``, or None.
     w: object
     #: Linear predictor at theta*, ``eta*_u``.
     eta_star: np.ndarray
-    #: Taylor coefficients in ``eta``: value, slope, curvature at theta*.
+    #: Taylor coefficients in ``eta``: value, slope and half the curvature at
+    #: theta*, so that ``q = a + b delta + half_c delta^2``.
     a: np.ndarray
     b: np.ndarray
-    c: np.ndarray
+    half_c: np.ndarray
 
 
 class Estimate(NamedTuple):
@@ -79,8 +81,11 @@ class Estimate(NamedTuple):
     logdensity: float
     #: Its gradient in theta.
     grad: np.ndarray
-    #: ``sigma2_hat(theta)`` of eq. (4.3).
+    #: ``sigma2_hat(theta)`` of eq. (4.3) (for the signed estimator: the
+    #: estimated variance of ``log |L_hat|``).
     loglik_var: float
+    #: Sign of the likelihood estimate; always +1 for the perturbed estimator.
+    sign: float = 1.0
 
 
 class DifferenceEstimator:
@@ -112,17 +117,16 @@ class DifferenceEstimator:
     # ------------------------------------------------------------ subsample
     def _subsample_from(self, indices):
         Xr, yr, wr = self.model.rows(indices)
-        return self._with_coefficients(indices, Xr, yr, wr)
+        return self._with_coefficients(indices, self.model.design(Xr), yr, wr)
 
-    def _with_coefficients(self, indices, Xr, yr, wr):
+    def _with_coefficients(self, indices, Z, yr, wr):
         ex = self.expansion
-        eta_star = self.model.eta(ex.theta_star, Xr)
+        eta_star = Z @ ex.theta_star
         a, b, c = self.model.eta_terms(yr, wr, eta_star, 2)
-        if ex.order < 2:
-            c = np.zeros_like(c)
+        half_c = 0.5 * c if ex.order >= 2 else np.zeros_like(c)
         if ex.order < 1:
             b = np.zeros_like(b)
-        return Subsample(indices, Xr, yr, wr, eta_star, a, b, c)
+        return Subsample(indices, Z, yr, wr, eta_star, a, b, half_c)
 
     def init_subsample(self, rng):
         """Draw ``m`` indices uniformly with replacement."""
@@ -148,6 +152,10 @@ class DifferenceEstimator:
             fields.append(arr)
         return Subsample(*fields)
 
+    def n_rows(self, sub):
+        """Rows one evaluation on ``sub`` reads (``m``)."""
+        return self.subsample_size
+
     def recentre(self, expansion):
         """A copy of this estimator around a new theta* (same ``m`` and ``G``)."""
         return DifferenceEstimator(self.model, self.prior, expansion,
@@ -155,29 +163,32 @@ class DifferenceEstimator:
 
     def refresh(self, sub):
         """Recompute the cached Taylor coefficients of ``sub`` for this theta*."""
-        return self._with_coefficients(sub.indices, sub.X, sub.y, sub.w)
+        return self._with_coefficients(sub.indices, sub.Z, sub.y, sub.w)
 
     # ------------------------------------------------------------ estimate
     def differences(self, theta, sub):
         """``d_i(theta)`` and ``g_i = d d_i / d eta_i`` on the subsample."""
-        eta = self.model.eta(theta, sub.X)
+        eta = sub.Z @ theta
         delta = eta - sub.eta_star
         ell, d1 = self.model.eta_terms(sub.y, sub.w, eta, 1)
-        q = sub.a + delta * (sub.b + 0.5 * sub.c * delta)
-        return ell - q, d1 - (sub.b + sub.c * delta)
+        hcd = sub.half_c * delta
+        slope = sub.b + hcd
+        # q = a + delta (b + c delta / 2) and dq/deta = b + c delta.
+        return ell - (sub.a + delta * slope), d1 - (slope + hcd)
 
     def evaluate(self, theta, sub):
         """Perturbed log posterior estimate, gradient and ``sigma2_hat``."""
         d, g = self.differences(theta, sub)
-        dbar = d.mean()
-        dev = d - dbar
+        total = float(d.sum())
+        dev = d - total / len(d)
         sigma2 = self._n2_over_m2 * float(dev @ dev)
         qsum, qgrad = self.expansion.population_sum(theta)
-        loglik = qsum + self._n_over_m * d.sum() - 0.5 * sigma2
-        coef = g * (self._n_over_m - self._n2_over_m2 * dev)
-        grad = qgrad + self.model.backprop(sub.X, coef)
         lp, gp = self.prior.logdensity_and_grad(theta)
-        return Estimate(loglik + lp, grad + gp, sigma2)
+        coef = g * (self._n_over_m - self._n2_over_m2 * dev)
+        grad = sub.Z.T @ coef
+        grad += qgrad
+        grad += gp
+        return Estimate(qsum + self._n_over_m * total - 0.5 * sigma2 + lp, grad, sigma2)
 
     def loglik_estimate(self, theta, sub):
         """``(ell_hat, sigma2_hat)`` of eqs. (4.1) and (4.3), without gradient."""
@@ -193,16 +204,18 @@ class DifferenceEstimator:
 class ConditionalTarget:
     """``theta -> log L_hat(theta; u) + log p(theta)`` for a fixed subsample ``u``."""
 
-    __slots__ = ("estimator", "subsample", "n_obs_per_eval", "last_loglik_var")
+    __slots__ = ("estimator", "subsample", "n_obs_per_eval", "last_loglik_var", "last_sign")
 
     def __init__(self, estimator, subsample):
         self.estimator = estimator
         self.subsample = subsample
-        self.n_obs_per_eval = estimator.subsample_size
-        #: ``sigma2_hat`` at the most recent evaluation (for reporting).
+        self.n_obs_per_eval = estimator.n_rows(subsample)
+        #: ``sigma2_hat`` and sign at the most recent evaluation (for reporting).
         self.last_loglik_var = np.nan
+        self.last_sign = 1.0
 
     def logdensity_and_grad(self, theta):
         est = self.estimator.evaluate(theta, self.subsample)
         self.last_loglik_var = est.loglik_var
+        self.last_sign = est.sign
         return est.logdensity, est.grad

@@ -133,6 +133,38 @@ class TallPosterior:
 
         return DifferenceEstimator(self.model, self.prior, expansion, subsample_size, n_blocks)
 
+    def block_poisson_estimator(self, expansion, batch_size, n_products, lower_bound,
+                                n_refresh=1):
+        """The signed block-Poisson estimator around ``expansion`` (eq. 5.1)."""
+        from ._block_poisson import BlockPoissonEstimator
+
+        return BlockPoissonEstimator(self.model, self.prior, expansion, batch_size,
+                                     n_products, lower_bound, n_refresh)
+
+    def difference_moments(self, expansion, thetas, rng, n_pilot=20000):
+        """Population mean and variance of ``d_k(theta)`` at each theta (pilot subset).
+
+        A mini-batch difference estimate with ``m`` rows then has mean
+        ``n * mean`` and variance ``n^2 var / m``.
+
+        Returns
+        -------
+        mean, var : ndarray of shape (len(thetas),)
+        n_obs_evaluated : int
+        """
+        from ._difference import DifferenceEstimator
+
+        n = self.n_obs
+        idx = np.arange(n) if n <= n_pilot else rng.choice(n, n_pilot, replace=False)
+        est = DifferenceEstimator(self.model, self.prior, expansion, len(idx), n_blocks=1)
+        sub = est._subsample_from(idx)
+        mean = np.empty(len(thetas))
+        var = np.empty(len(thetas))
+        for i, theta in enumerate(thetas):
+            d, _ = est.differences(np.asarray(theta, dtype=float), sub)
+            mean[i], var[i] = d.mean(), d.var()
+        return mean, var, len(idx) * (len(thetas) + 1)
+
     def difference_variance(self, expansion, thetas, rng, n_pilot=20000):
         """Per-observation variance of ``d_k(theta) = ell_k - q_k`` at each theta.
 

@@ -39,6 +39,8 @@ class ChainResult(NamedTuple):
     theta_star: np.ndarray
     #: Subsample size ``m`` used after warm-up (n_obs for full-data samplers).
     subsample_size: int
+    #: Times theta* and the mass matrix were re-estimated during warm-up.
+    n_refinements: int
     wall_time_warmup: float
     wall_time_sampling: float
 

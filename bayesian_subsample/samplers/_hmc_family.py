@@ -82,7 +82,7 @@ class _FullDataAdapter:
     def step(self, rng, state, params):
         return hmc.step(rng, state, self.target, params)
 
-    def recentre(self, rng, state, expansion, recent):
+    def recentre(self, rng, state, expansion, recent, refined, final):
         return state, 0
 
 
@@ -125,7 +125,9 @@ class _ECSAdapter:
     def step(self, rng, state, params):
         return hmc_ecs.step(rng, state, self.estimator, params)
 
-    def recentre(self, rng, state, expansion, recent):
+    def recentre(self, rng, state, expansion, recent, refined, final):
+        if not refined:
+            return state, 0
         pick = np.linspace(0, len(recent) - 1, min(20, len(recent))).astype(int)
         m, cost = self._choose_m(rng, expansion, recent[pick])
         if m == self.estimator.subsample_size or (
@@ -223,6 +225,9 @@ class _HMCFamily(SamplerConfig):
             eps = float(self.step_size)
         da = dual_averaging_init(eps)
         schedule = set(refinement_schedule(n_warmup))
+        last_point = max(schedule) if schedule else None
+        n_refinements = 0
+        centre_draws = np.inf  # theta* from the subset mode: no window noise
         window = []
         n_div_warm = 0
         thr = float(self.divergence_threshold)
@@ -237,13 +242,30 @@ class _HMCFamily(SamplerConfig):
             window.append(state.position)
             if it + 1 in schedule:
                 recent = np.asarray(window[len(window) // 2:])
-                expansion = posterior.expand(recent.mean(axis=0), self._taylor_order())
-                metric = metric_from_mass_matrix(expansion.neg_hessian, dense)
-                state, cost = adapter.recentre(rng, state, expansion, recent)
-                n_eval_warm += expansion.n_obs_evaluated + cost
-                window = []
-                if adapt:
-                    da = dual_averaging_init(eps)
+                centre = recent.mean(axis=0)
+                delta = centre - expansion.theta_star
+                # Refresh theta* (one full pass) only when the recent draws say
+                # it is more than about one posterior sd away (squared Mahalanobis
+                # distance in the Hessian metric above 1) after discounting the
+                # noise of the two window means, allowing an inefficiency of 2
+                # during warm-up.  On tall data the Hessian hardly changes within
+                # the posterior, so passes that chase that noise buy nothing.
+                dist2 = float(delta @ expansion.neg_hessian @ delta)
+                noise = 2.0 * posterior.dim * (1.0 / len(recent) + 1.0 / centre_draws)
+                refine = dist2 - noise > 1.0
+                if refine:
+                    centre_draws = len(recent)
+                    expansion = posterior.expand(centre, self._taylor_order())
+                    metric = metric_from_mass_matrix(expansion.neg_hessian, dense)
+                    n_eval_warm += expansion.n_obs_evaluated
+                    n_refinements += 1
+                state, cost = adapter.recentre(rng, state, expansion, recent, refine,
+                                               it + 1 == last_point)
+                n_eval_warm += cost
+                if refine:
+                    window = []
+                    if adapt:
+                        da = dual_averaging_init(eps)
         if adapt and n_warmup > 0:
             eps = math.exp(da.log_step_size_avg)
         n_steps = self._n_steps(eps)
@@ -282,6 +304,7 @@ class _HMCFamily(SamplerConfig):
             inverse_mass_matrix=metric.inverse_mass_matrix,
             theta_star=np.asarray(expansion.theta_star),
             subsample_size=int(adapter.subsample_size),
+            n_refinements=n_refinements,
             wall_time_warmup=t_warm - t_start, wall_time_sampling=t_end - t_warm,
         )
 

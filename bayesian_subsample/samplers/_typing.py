@@ -47,9 +47,12 @@ class SubsampleEstimator(Protocol):
     def propose_subsample(self, rng: np.random.Generator, subsample): ...
 
     def evaluate(self, position: np.ndarray, subsample):
-        """Return an object with ``logdensity``, ``grad`` and ``loglik_var``."""
+        """Return an object with ``logdensity``, ``grad``, ``loglik_var`` and ``sign``."""
 
     def conditional(self, subsample) -> DifferentiableTarget: ...
+
+    def n_rows(self, subsample) -> int:
+        """Per-observation evaluations one ``evaluate`` on ``subsample`` costs."""
 
     def recentre(self, expansion: Expansion) -> "SubsampleEstimator": ...
 

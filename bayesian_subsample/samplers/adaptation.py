@@ -105,12 +105,14 @@ def find_reasonable_step_size(rng, target, position, logdensity, logdensity_grad
 
 
 def refinement_schedule(n_warmup, fractions=(0.05, 0.1, 0.2, 0.4, 0.7), min_gap=5):
-    """Warm-up iterations after which theta* and the mass matrix are refreshed.
+    """Warm-up iterations at which theta* and the mass matrix may be refreshed.
 
     A doubling schedule (5%, 10%, 20%, 40% and 70% of warm-up by default): the
     first refinements come early, when the chain has just left the subset
     estimate of theta*, and the last leaves 30% of warm-up for the step size
-    to settle with the final mass matrix.  Refreshes closer than ``min_gap``
+    to settle with the final mass matrix.  The driver skips a refresh (and its
+    full pass over the data) when theta* is already within about one posterior
+    sd of the recent draws.  Points closer than ``min_gap``
     iterations to the previous one are dropped.
     """
     points = []

@@ -14,7 +14,10 @@ alternating
    acceptance test.  This is the HMC kernel of :mod:`.hmc` applied to the
    conditional target ``theta -> log L_hat(theta; u) + log p(theta)``.
 
-With the perturbed estimator (4.5) the chain targets the perturbed posterior
+The estimator is pluggable: with the signed block-Poisson estimator (5.1)
+the chain runs on ``|L_hat|`` (eq. 5.2) and each state carries the sign of
+its estimate for the ratio estimator (5.3).  With the perturbed estimator
+(4.5) the chain targets the perturbed posterior
 of eq. (4.6), whose distance to the true posterior is O(1/(n m^2)) when theta*
 is the posterior mode.  With ``sigma2_hat = 0`` (for example order-2 control
 variates on a Gaussian model) the transition reproduces full-data HMC path
@@ -43,6 +46,8 @@ class HMCECSState(NamedTuple):
     subsample: object
     #: ``sigma2_hat`` of eq. (4.3) at ``(position, subsample)``.
     loglik_var: float
+    #: Sign of the likelihood estimate (signed HMC-ECS, eq. 5.3); +1 otherwise.
+    sign: float = 1.0
 
 
 class HMCECSInfo(NamedTuple):
@@ -62,6 +67,8 @@ class HMCECSInfo(NamedTuple):
     loglik_var: float
     #: Per-observation evaluations: the u update (m) plus L leapfrog steps (m each).
     n_obs_evaluated: int
+    #: Sign of the likelihood estimate at the returned state.
+    sign: float = 1.0
 
 
 def init(position, estimator, rng):
@@ -71,7 +78,8 @@ def init(position, estimator, rng):
     est = estimator.evaluate(position, sub)
     if not (np.isfinite(est.logdensity) and np.all(np.isfinite(est.grad))):
         raise ValueError("The estimated log density is not finite at the initial position.")
-    return HMCECSState(position, float(est.logdensity), est.grad, sub, float(est.loglik_var))
+    return HMCECSState(position, float(est.logdensity), est.grad, sub, float(est.loglik_var),
+                       float(est.sign))
 
 
 def update_subsample(rng, state, estimator):
@@ -81,7 +89,7 @@ def update_subsample(rng, state, estimator):
     """
     proposal = estimator.propose_subsample(rng, state.subsample)
     est = estimator.evaluate(state.position, proposal)
-    cost = estimator.subsample_size
+    cost = estimator.n_rows(proposal)
     if not np.isfinite(est.logdensity):
         return state, 0.0, False, cost
     # The prior and sum_k q_k(theta) are common to both estimates and cancel.
@@ -89,7 +97,7 @@ def update_subsample(rng, state, estimator):
     acceptance = float(np.exp(min(0.0, log_ratio)))
     if rng.random() < acceptance:
         new = HMCECSState(state.position, float(est.logdensity), est.grad, proposal,
-                          float(est.loglik_var))
+                          float(est.loglik_var), float(est.sign))
         return new, acceptance, True, cost
     return state, acceptance, False, cost
 
@@ -115,11 +123,12 @@ def step(rng, state, estimator, params):
     if info.is_accepted:
         # The last leapfrog evaluation was at the accepted end point.
         new_state = HMCECSState(inner.position, inner.logdensity, inner.logdensity_grad,
-                                state.subsample, float(target.last_loglik_var))
+                                state.subsample, float(target.last_loglik_var),
+                                float(target.last_sign))
     else:
         new_state = state
     return new_state, HMCECSInfo(
         info.acceptance_rate, info.is_accepted, info.is_divergent, info.energy,
         info.energy_error, info.n_integration_steps, u_rate, u_acc, new_state.loglik_var,
-        u_cost + info.n_obs_evaluated,
+        u_cost + info.n_obs_evaluated, new_state.sign,
     )
