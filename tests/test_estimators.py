@@ -263,3 +263,32 @@ def test_hmc_ecs_work_per_iteration_does_not_depend_on_n(n):
     expected = (stats["n_steps"] + 1) * 500
     np.testing.assert_array_equal(stats["n_obs_evaluated"], expected)
     assert clf.evaluations_["sampling"] == expected.sum()
+
+
+def test_signed_sampler_weights_every_summary_by_sign(data, monkeypatch):
+    X, y = data
+    clf = _quiet_fit(BayesianLogisticRegression(sampler="hmc_ecs_signed", **FAST), X, y)
+    signs = clf.sample_stats_["sign"]
+    assert signs.shape == (2, 100) and set(np.unique(signs)) <= {-1.0, 1.0}
+    assert clf.convergence_["tau"] == pytest.approx(np.mean(signs > 0))
+    assert clf.sampler_info_[0]["n_products"] >= 1
+    # Flip some signs by hand: coef_, predictions and summary follow the ratio estimator.
+    flipped = signs.copy()
+    flipped[0, :10] = -1.0
+    clf.sample_stats_["sign"] = flipped
+    W = clf.coef_draws_.reshape(-1, 4)
+    b = clf.intercept_draws_.reshape(-1)
+    s = flipped.reshape(-1)
+    p = 1 / (1 + np.exp(-(X[:20] @ W.T + b)))
+    np.testing.assert_allclose(clf.predict_proba(X[:20])[:, 1], np.clip(p @ s / s.sum(), 0, 1))
+    np.testing.assert_allclose(clf.summary()["mean"][1:], (W * s[:, None]).sum(0) / s.sum())
+    # Negative control: the plain mean differs once signs are not all positive.
+    assert not np.allclose(clf.summary()["mean"][1:], W.mean(0))
+
+
+def test_low_tau_triggers_a_convergence_warning(data, monkeypatch):
+    X, y = data
+    clf = _quiet_fit(BayesianLogisticRegression(sampler="hmc_ecs_signed", **FAST), X, y)
+    clf.sample_stats_["sign"][:, ::4] = -1.0  # tau = 0.75
+    with pytest.warns(ConvergenceWarning, match="positive"):
+        clf._check_convergence(clf._all_draws())

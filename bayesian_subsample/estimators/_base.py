@@ -28,6 +28,7 @@ from ..diagnostics import (
     inefficiency_factor,
     split_rhat,
     summarize,
+    weighted_mean,
 )
 from ..samplers import SAMPLERS, SamplerConfig
 
@@ -193,9 +194,29 @@ class SampledModelMixin:
             "warmup": float(sum(r.wall_time_warmup for r in results)),
             "sampling": float(sum(r.wall_time_sampling for r in results)),
         }
+        self.sampler_info_ = [dict(r.extra) for r in results]
         self.n_divergent_ = int(self.sample_stats_["diverging"].sum())
         self.n_divergent_warmup_ = int(sum(r.n_divergent_warmup for r in results))
         return draws
+
+    def _signs(self):
+        """Signs of the draws (chain, draw) for signed samplers, else None.
+
+        None also when the signs sum to zero or less: the ratio estimator
+        (eq. 5.3) is then undefined, the fit has warned, and summaries fall
+        back to the unweighted draws of the chain on ``|L_hat|``.
+        """
+        signs = self.sample_stats_.get("sign")
+        if signs is None or signs.sum() <= 0:
+            return None
+        return signs
+
+    def _posterior_mean(self, draws):
+        """Posterior mean over (chain, draw): the sign-weighted ratio (eq. 5.3) if signed."""
+        signs = self._signs()
+        if signs is None:
+            return draws.mean(axis=(0, 1))
+        return weighted_mean(draws, signs)
 
     def _check_convergence(self, draws):
         """Store ``convergence_`` and emit at most one ConvergenceWarning."""
@@ -213,14 +234,35 @@ class SampledModelMixin:
         tail = np.atleast_1d(ess_tail(draws))
         ineff = np.atleast_1d(inefficiency_factor(draws))
         evals_per_draw = self.evaluations_["sampling"] / (n_chains * n_draws)
+        signs = self.sample_stats_.get("sign")
+        tau = None if signs is None else float(np.mean(signs > 0))
+        ct = np.full(len(ineff), np.inf)
+        if tau is None or tau > 0.5:
+            ct = np.array([computational_time(f, evals_per_draw, tau) for f in ineff])
         self.convergence_ = {
             "r_hat": rhat, "ess_bulk": bulk, "ess_tail": tail,
             "inefficiency_factor": ineff,
-            "computational_time": np.array(
-                [computational_time(f, evals_per_draw) for f in ineff]),
+            "computational_time": ct,
             "n_divergent": self.n_divergent_,
         }
         problems = []
+        if tau is not None:
+            self.convergence_["tau"] = tau
+            if tau <= 0.5:
+                problems.append(
+                    f"only {tau:.1%} of the likelihood estimates are positive: the "
+                    "sign-corrected estimates (eq. 5.3) are undefined, so coef_, predictions "
+                    "and summary() use the unweighted draws, which target |L_hat| rather "
+                    "than the posterior (set HMCECS(n_products=...) larger, lengthen "
+                    "n_warmup, or use estimator='perturbed')"
+                )
+            elif tau < 0.9:
+                problems.append(
+                    f"only {tau:.1%} of the likelihood estimates are positive, so the "
+                    f"sign-weighted estimates have about {(2 * tau - 1) ** 2:.0%} of the "
+                    "precision of unsigned ones (set HMCECS(n_products=...) larger or use "
+                    "estimator='perturbed')"
+                )
         worst = int(np.nanargmax(rhat))
         if not np.isfinite(rhat[worst]) or rhat[worst] > 1.01:
             problems.append(f"split R-hat of {names[worst]!r} is {rhat[worst]:.3f} (> 1.01)")
@@ -247,7 +289,8 @@ class SampledModelMixin:
 
         Columns: mean, sd, the requested quantiles, mcse_mean, mcse_sd,
         ess_bulk, ess_tail and r_hat (rank-normalised split R-hat), computed
-        with the same definitions as ``arviz.summary``.
+        with the same definitions as ``arviz.summary``.  For signed HMC-ECS
+        the mean, sd, quantiles and MCSEs are sign-weighted (eq. 5.3).
 
         Returns
         -------
@@ -258,4 +301,4 @@ class SampledModelMixin:
 
         check_is_fitted(self)
         return summarize(self._all_draws(), names=list(self._param_names_),
-                         quantiles=quantiles)
+                         quantiles=quantiles, signs=self._signs())

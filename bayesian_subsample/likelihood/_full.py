@@ -141,29 +141,38 @@ class TallPosterior:
         return BlockPoissonEstimator(self.model, self.prior, expansion, batch_size,
                                      n_products, lower_bound, n_refresh)
 
-    def difference_moments(self, expansion, thetas, rng, n_pilot=20000):
-        """Population mean and variance of ``d_k(theta)`` at each theta (pilot subset).
+    def tune_block_poisson(self, expansion, thetas, rng, batch_size, target_var=1.0,
+                           n_products=None, lower_bound=None, n_blocks=100, n_pilot=20000,
+                           n_sim=1000):
+        """Tune ``(lambda, a)`` of the block-Poisson estimator at draws ``thetas``.
 
-        A mini-batch difference estimate with ``m`` rows then has mean
-        ``n * mean`` and variance ``n^2 var / m``.
+        At each theta the differences ``d_k(theta)`` are computed on a random
+        pilot set (all rows when there are at most ``n_pilot``) and ``n_sim``
+        mini-batch estimates ``(n / m) sum d`` are simulated by drawing
+        ``batch_size`` of them with replacement, exactly as the estimator
+        does; see :func:`~bayesian_subsample.likelihood.tune_block_poisson`.
 
         Returns
         -------
-        mean, var : ndarray of shape (len(thetas),)
+        tuned : dict
         n_obs_evaluated : int
         """
+        from ._block_poisson import tune_block_poisson
         from ._difference import DifferenceEstimator
 
         n = self.n_obs
         idx = np.arange(n) if n <= n_pilot else rng.choice(n, n_pilot, replace=False)
         est = DifferenceEstimator(self.model, self.prior, expansion, len(idx), n_blocks=1)
         sub = est._subsample_from(idx)
-        mean = np.empty(len(thetas))
-        var = np.empty(len(thetas))
+        dhat = np.empty((len(thetas), n_sim))
         for i, theta in enumerate(thetas):
             d, _ = est.differences(np.asarray(theta, dtype=float), sub)
-            mean[i], var[i] = d.mean(), d.var()
-        return mean, var, len(idx) * (len(thetas) + 1)
+            pick = rng.integers(0, len(d), (n_sim, batch_size))
+            dhat[i] = (n / batch_size) * d[pick].sum(axis=1)
+        tuned = tune_block_poisson(dhat, batch_size, target_var,
+                                   lambdas=None if n_products is None else [n_products],
+                                   lower_bound=lower_bound, n_blocks=n_blocks)
+        return tuned, len(idx) * (len(thetas) + 1)
 
     def difference_variance(self, expansion, thetas, rng, n_pilot=20000):
         """Per-observation variance of ``d_k(theta) = ell_k - q_k`` at each theta.

@@ -10,7 +10,13 @@ from . import adaptation, hmc, hmc_ecs, integrators, metric
 from ._base import ChainResult, Prepared, SamplerConfig
 from ._hmc_family import HMC, HMCECS
 
-SAMPLERS = {"hmc": HMC, "hmc_ecs": HMCECS}
+def _signed_hmc_ecs():
+    return HMCECS(estimator="signed")
+
+
+#: Sampler names accepted by the estimators, each mapped to a factory of its
+#: default configuration.
+SAMPLERS = {"hmc": HMC, "hmc_ecs": HMCECS, "hmc_ecs_signed": _signed_hmc_ecs}
 
 __all__ = [
     "HMC",

@@ -41,6 +41,8 @@ class ChainResult(NamedTuple):
     subsample_size: int
     #: Times theta* and the mass matrix were re-estimated during warm-up.
     n_refinements: int
+    #: Sampler-specific tuning results (e.g. the block-Poisson lambda and a).
+    extra: dict
     wall_time_warmup: float
     wall_time_sampling: float
 

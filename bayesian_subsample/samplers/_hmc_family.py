@@ -54,6 +54,7 @@ __all__ = ["HMC", "HMCECS"]
 _HMC_STATS = ("acceptance_rate", "diverging", "energy", "energy_error", "lp", "step_size",
               "n_steps", "n_obs_evaluated")
 _ECS_STATS = _HMC_STATS + ("subsample_acceptance_rate", "loglik_var")
+_SIGNED_STATS = _ECS_STATS + ("sign",)
 
 
 def _laplace_offset(rng, metric):
@@ -96,7 +97,7 @@ class _ECSAdapter:
         self.posterior = posterior
         self.estimator = None
         self.subsample_size = None
-        self.required_subsample_size = None
+        self.extra = {}
 
     def _choose_m(self, rng, expansion, thetas):
         cfg = self.config
@@ -105,7 +106,9 @@ class _ECSAdapter:
             return int(cfg.subsample_size), 0
         var, cost = self.posterior.difference_variance(expansion, thetas, rng)
         required = n * n * float(np.mean(var)) / cfg.target_loglik_var
-        self.required_subsample_size = required
+        self.extra = {"required_subsample_size": required,
+                      "expected_loglik_var_at_min_size": required * cfg.target_loglik_var
+                      / max(1, min(n, cfg.min_subsample_size))}
         m = int(min(n, max(min(n, cfg.min_subsample_size), math.ceil(required))))
         return m, cost
 
@@ -130,9 +133,8 @@ class _ECSAdapter:
             return state, 0
         pick = np.linspace(0, len(recent) - 1, min(20, len(recent))).astype(int)
         m, cost = self._choose_m(rng, expansion, recent[pick])
-        if m == self.estimator.subsample_size or (
-                self.config.subsample_size == "auto" and m <= self.estimator.subsample_size
-                and m >= 0.8 * self.estimator.subsample_size):
+        current = self.estimator.subsample_size
+        if self.config.subsample_size != "auto" or 0.8 * current <= m <= current:
             self.estimator = self.estimator.recentre(expansion)
             sub = self.estimator.refresh(state.subsample)
         else:
@@ -144,6 +146,64 @@ class _ECSAdapter:
         new = hmc_ecs.HMCECSState(state.position, float(est.logdensity), est.grad, sub,
                                   float(est.loglik_var))
         return new, cost + self.subsample_size
+
+
+class _SignedECSAdapter(_ECSAdapter):
+    """Signed HMC-ECS: the block-Poisson estimator (eq. 5.1) after the early warm-up.
+
+    The first part of warm-up, while theta* moves from the subset mode to the
+    posterior, runs the perturbed estimator (whose variance is easier to
+    control far from theta*).  At the last refinement point, with theta* and
+    the mass matrix final, ``lambda`` and ``a`` are tuned on the recent draws
+    (:func:`~bayesian_subsample.likelihood.tune_block_poisson`) and the chain
+    switches to the block-Poisson estimator, so the remaining warm-up adapts
+    the step size to the signed Hamiltonian.  Without refinement points (very
+    short warm-up) it starts signed, tuned on draws around theta*.
+    """
+
+    stats = _SIGNED_STATS
+
+    def __init__(self, config, posterior, switch_at_refinement):
+        super().__init__(config, posterior)
+        self.switch_at_refinement = switch_at_refinement
+        self.extra = {}
+
+    def _signed(self, rng, position, expansion, thetas):
+        cfg = self.config
+        m = int(cfg.batch_size)
+        tuned, cost = self.posterior.tune_block_poisson(
+            expansion, thetas, rng, m, cfg.target_loglik_var,
+            n_products=None if cfg.n_products == "auto" else int(cfg.n_products),
+            lower_bound=None if cfg.lower_bound == "auto" else float(cfg.lower_bound),
+            n_blocks=int(cfg.n_blocks))
+        lam = tuned["n_products"]
+        kappa = max(1, int(round(lam / cfg.n_blocks)))
+        self.estimator = self.posterior.block_poisson_estimator(
+            expansion, m, lam, tuned["lower_bound"], kappa)
+        self.subsample_size = self.estimator.subsample_size
+        self.extra = {"n_products": lam, "lower_bound": tuned["lower_bound"],
+                      "n_refresh": kappa, "batch_size": m,
+                      "expected_tau": tuned["tau"], "expected_loglik_var": tuned["loglik_var"],
+                      "tuning_feasible": tuned["feasible"]}
+        sub = self.estimator.init_subsample(rng)
+        est = self.estimator.evaluate(position, sub)
+        state = hmc_ecs.HMCECSState(position, float(est.logdensity), est.grad, sub,
+                                    float(est.loglik_var), float(est.sign))
+        return state, cost + self.estimator.n_rows(sub)
+
+    def init(self, rng, position, expansion):
+        if self.switch_at_refinement:
+            return super().init(rng, position, expansion)
+        metric = metric_from_mass_matrix(expansion.neg_hessian, dense=False)
+        thetas = [position] + [expansion.theta_star + _laplace_offset(rng, metric)
+                               for _ in range(19)]
+        return self._signed(rng, np.array(position, dtype=float), expansion, thetas)
+
+    def recentre(self, rng, state, expansion, recent, refined, final):
+        if not final:
+            return super().recentre(rng, state, expansion, recent, refined, final)
+        pick = np.linspace(0, len(recent) - 1, min(20, len(recent))).astype(int)
+        return self._signed(rng, state.position, expansion, recent[pick])
 
 
 class _HMCFamily(SamplerConfig):
@@ -296,6 +356,8 @@ class _HMCFamily(SamplerConfig):
             if "loglik_var" in stats:
                 stats["subsample_acceptance_rate"][it] = info.subsample_acceptance_rate
                 stats["loglik_var"][it] = info.loglik_var
+            if "sign" in stats:
+                stats["sign"][it] = info.sign
         t_end = time.perf_counter()
         return ChainResult(
             draws=draws, stats=stats, n_obs_evaluated_warmup=int(n_eval_warm),
@@ -305,6 +367,7 @@ class _HMCFamily(SamplerConfig):
             theta_star=np.asarray(expansion.theta_star),
             subsample_size=int(adapter.subsample_size),
             n_refinements=n_refinements,
+            extra=dict(getattr(adapter, "extra", {})),
             wall_time_warmup=t_warm - t_start, wall_time_sampling=t_end - t_warm,
         )
 
@@ -409,6 +472,24 @@ class HMCECS(_HMCFamily):
         Variance of the log-likelihood estimator that ``"auto"`` aims for.
     min_subsample_size : int, default=1000
         Lower bound for ``"auto"`` (capped at the data size).
+    estimator : {"perturbed", "signed"}, default="perturbed"
+        ``"perturbed"``: the bias-corrected difference estimator (§4), which
+        targets a slightly perturbed posterior.  ``"signed"``: the unbiased
+        block-Poisson estimator (§5, eq. 5.1); the chain runs on its absolute
+        value and every draw carries a sign, and estimators report
+        sign-weighted expectations (eq. 5.3).
+    batch_size : int, default=30
+        Signed only: mini-batch size ``m`` of each difference estimate (the
+        paper's default).
+    n_products : "auto" or int, default="auto"
+        Signed only: ``lambda``, the number of Poisson products.  ``"auto"``
+        minimises ``lambda m / (2 tau - 1)^2`` subject to a variance of
+        ``log |L_hat|`` of at most ``target_loglik_var`` (see
+        :func:`bayesian_subsample.likelihood.tune_block_poisson`).  One product
+        in ``n_blocks`` is redrawn per iteration (at least one), so
+        ``rho ~ 1 - 1/n_blocks`` as for the perturbed estimator.
+    lower_bound : "auto" or float, default="auto"
+        Signed only: ``a`` of eq. (5.1).
     step_size, trajectory_length, target_accept, mass_matrix, \
 max_integration_steps, reference_fraction, divergence_threshold, \
 integration_time, chebyshev_cycle
@@ -427,7 +508,8 @@ integration_time, chebyshev_cycle
     name = "hmc_ecs"
 
     def __init__(self, subsample_size="auto", n_blocks=100, taylor_order=2,
-                 target_loglik_var=1.0, min_subsample_size=1000, step_size="auto",
+                 target_loglik_var=1.0, min_subsample_size=1000, estimator="perturbed",
+                 batch_size=30, n_products="auto", lower_bound="auto", step_size="auto",
                  trajectory_length=1.2, target_accept=0.8, mass_matrix="dense",
                  max_integration_steps=1000, reference_fraction=0.01,
                  divergence_threshold=1000.0, integration_time="fixed", chebyshev_cycle=None):
@@ -436,6 +518,10 @@ integration_time, chebyshev_cycle
         self.taylor_order = taylor_order
         self.target_loglik_var = target_loglik_var
         self.min_subsample_size = min_subsample_size
+        self.estimator = estimator
+        self.batch_size = batch_size
+        self.n_products = n_products
+        self.lower_bound = lower_bound
         self.step_size = step_size
         self.trajectory_length = trajectory_length
         self.target_accept = target_accept
@@ -454,6 +540,23 @@ integration_time, chebyshev_cycle
         check_positive_int(self.n_blocks, "n_blocks")
         check_positive_int(self.min_subsample_size, "min_subsample_size")
         check_positive_float(self.target_loglik_var, "target_loglik_var")
+        if self.estimator not in ("perturbed", "signed"):
+            raise ValueError(
+                f"estimator must be 'perturbed' or 'signed', got {self.estimator!r}.")
+        check_positive_int(self.batch_size, "batch_size")
+        if self.estimator == "signed" and self.batch_size > n_obs:
+            raise ValueError(f"batch_size={self.batch_size} is larger than the data "
+                             f"({n_obs} observations).")
+        if self.n_products != "auto":
+            check_positive_int(self.n_products, "n_products")
+        if self.lower_bound != "auto":
+            try:
+                ok = np.isfinite(float(self.lower_bound))
+            except (TypeError, ValueError):
+                ok = False
+            if not ok:
+                raise ValueError(f"lower_bound must be 'auto' or a finite number, got "
+                                 f"{self.lower_bound!r}.")
         if self.taylor_order not in (0, 1, 2) or isinstance(self.taylor_order, bool):
             raise ValueError(f"taylor_order must be 0, 1 or 2, got {self.taylor_order!r}.")
         if not (isinstance(self.subsample_size, str) and self.subsample_size == "auto"):
@@ -466,5 +569,8 @@ integration_time, chebyshev_cycle
                 )
 
     def run_chain(self, rng, posterior, prepared, n_warmup, n_draws):
-        return self._run(_ECSAdapter(self, posterior), rng, posterior, prepared, n_warmup,
-                         n_draws)
+        if self.estimator == "signed":
+            adapter = _SignedECSAdapter(self, posterior, bool(refinement_schedule(n_warmup)))
+        else:
+            adapter = _ECSAdapter(self, posterior)
+        return self._run(adapter, rng, posterior, prepared, n_warmup, n_draws)
