@@ -483,9 +483,10 @@ class HMCECS(_HMCFamily):
         paper's default).
     n_products : "auto" or int, default="auto"
         Signed only: ``lambda``, the number of Poisson products.  ``"auto"``
-        minimises ``lambda m / (2 tau - 1)^2`` subject to a variance of
-        ``log |L_hat|`` of at most ``target_loglik_var`` (see
-        :func:`bayesian_subsample.likelihood.tune_block_poisson`).  One product
+        (at least 10) minimises ``lambda m / ((2 tau - 1)^2 alpha_u)`` subject to
+        a variance of ``log |L_hat|`` of at most ``target_loglik_var``, with the
+        worst ``tau`` and variance over 20 posterior draws at the end of warm-up
+        (see :func:`bayesian_subsample.likelihood.tune_block_poisson`).  One product
         in ``n_blocks`` is redrawn per iteration (at least one), so
         ``rho ~ 1 - 1/n_blocks`` as for the perturbed estimator.
     lower_bound : "auto" or float, default="auto"
