@@ -8,6 +8,15 @@ iteration.
 
 from ._version import __version__
 from .estimators import BayesianLogisticRegression
-from .samplers import HMC, HMCECS
+from .samplers import HMC, HMCECS, SGHMC, SGLD, AusterityMH, RandomWalkMH
 
-__all__ = ["BayesianLogisticRegression", "HMC", "HMCECS", "__version__"]
+__all__ = [
+    "AusterityMH",
+    "BayesianLogisticRegression",
+    "HMC",
+    "HMCECS",
+    "RandomWalkMH",
+    "SGHMC",
+    "SGLD",
+    "__version__",
+]

@@ -7,6 +7,8 @@
   likelihood with Taylor control variates and block-correlated subsamples.
 * :class:`BlockPoissonEstimator`: the signed, unbiased block-Poisson estimator
   and :func:`tune_block_poisson` for its number of products and lower bound.
+* :class:`MinibatchGradient` and :class:`ControlVariateGradient`: minibatch
+  gradient estimators of the log posterior for SGLD and SG-HMC.
 """
 
 from ._block_poisson import BlockPoissonEstimator, SignedSubsample, tune_block_poisson
@@ -18,17 +20,21 @@ from ._difference import (
     block_layout,
 )
 from ._full import FullDataTarget, TallPosterior, TaylorExpansion
+from ._gradients import ControlVariateGradient, MinibatchGradient, sample_without_replacement
 
 __all__ = [
     "BlockPoissonEstimator",
     "ConditionalTarget",
+    "ControlVariateGradient",
     "DifferenceEstimator",
     "Estimate",
     "FullDataTarget",
+    "MinibatchGradient",
     "SignedSubsample",
     "Subsample",
     "TallPosterior",
     "TaylorExpansion",
     "block_layout",
+    "sample_without_replacement",
     "tune_block_poisson",
 ]

@@ -114,6 +114,22 @@ class TallPosterior:
         """The exact log posterior on all the data (:class:`FullDataTarget`)."""
         return FullDataTarget(self.model, self.prior)
 
+    def logprior(self, theta):
+        """Log prior density at ``theta``."""
+        return float(self.prior.logdensity(np.asarray(theta, dtype=float)))
+
+    def full_loglik(self, theta):
+        """``sum_k ell_k(theta)`` over all the data (one chunked pass)."""
+        return float(self.model.sums(np.asarray(theta, dtype=float), order=0)[0])
+
+    def loglik_difference(self, theta_new, theta_old, idx):
+        """``ell_k(theta_new) - ell_k(theta_old)`` for ``k`` in ``idx`` (one gather)."""
+        model = self.model
+        Xr, yr, wr = model.rows(idx)
+        new = model.eta_terms(yr, wr, model.eta(theta_new, Xr), 0)[0]
+        old = model.eta_terms(yr, wr, model.eta(theta_old, Xr), 0)[0]
+        return new - old
+
     def expand(self, theta_star, order=2):
         """Taylor control variates around ``theta_star`` from one chunked pass."""
         if order not in (0, 1, 2):
@@ -132,6 +148,19 @@ class TallPosterior:
         from ._difference import DifferenceEstimator
 
         return DifferenceEstimator(self.model, self.prior, expansion, subsample_size, n_blocks)
+
+    def gradient_estimator(self, subsample_size, expansion=None):
+        """Minibatch gradient of the log posterior for SGLD and SG-HMC.
+
+        Plain (:class:`MinibatchGradient`) when ``expansion`` is None or of
+        order 0; otherwise Taylor control variates of ``expansion.order``
+        around its theta* (:class:`ControlVariateGradient`).
+        """
+        from ._gradients import ControlVariateGradient, MinibatchGradient
+
+        if expansion is None or expansion.order == 0:
+            return MinibatchGradient(self.model, self.prior, subsample_size)
+        return ControlVariateGradient(self.model, self.prior, expansion, subsample_size)
 
     def block_poisson_estimator(self, expansion, batch_size, n_products, lower_bound,
                                 n_refresh=1):

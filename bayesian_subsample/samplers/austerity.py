@@ -1,0 +1,181 @@
+"""Approximate Metropolis-Hastings by a sequential t-test on mini-batches.
+
+Korattikara, Chen and Welling (2014), "Austerity in MCMC land: cutting the
+Metropolis-Hastings budget", §3-4.  The MH test "accept if
+``u < pi(theta') q(theta | theta') / (pi(theta) q(theta' | theta))``" is
+rewritten (their eq. 2) as a comparison of a population mean with a
+threshold:
+
+    mu = (1/N) sum_i l_i,   l_i = log p(x_i | theta') - log p(x_i | theta),
+    mu_0 = (1/N) log[u p(theta) q(theta' | theta) / (p(theta') q(theta | theta'))],
+
+accept iff ``mu > mu_0``.  The prior and the proposal densities sit inside
+the threshold ``mu_0``.  Mini-batches of ``m`` observations are drawn without
+replacement (a fresh random order for every decision); after ``n`` of them
+the sample mean ``lbar`` has standard error (eq. 3)
+
+    s = (s_l / sqrt(n)) sqrt(1 - (n - 1) / (N - 1))
+
+(the finite-population correction), ``t = (lbar - mu_0) / s`` (eq. 4) and the
+test stops as soon as ``delta = 1 - Phi_{n-1}(|t|) < epsilon`` (Student-t
+cdf with ``n - 1`` degrees of freedom), deciding by ``lbar > mu_0``; once all
+``N`` observations are used it decides exactly.  ``epsilon = 0`` never stops
+early, so it makes exactly the decisions of exact MH with the same ``u``
+(a test pins this).
+
+The proposal is a Gaussian random walk ``theta' = theta + L z`` (symmetric,
+so ``q`` cancels in ``mu_0``), with ``L`` a scaled Cholesky factor of the
+inverse Hessian at theta* whose scale the driver adapts during warm-up.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+from scipy.special import stdtr
+
+__all__ = ["AusterityState", "AusterityInfo", "AusterityParams", "init", "step",
+           "sequential_test", "IndexStream"]
+
+
+class AusterityState(NamedTuple):
+    """Current position of the chain."""
+
+    position: np.ndarray
+    #: Log prior density at ``position`` (the likelihood is never evaluated in full).
+    logprior: float
+
+
+class AusterityParams(NamedTuple):
+    """Tuning of one approximate MH transition."""
+
+    #: Lower-triangular factor of the random-walk proposal covariance.
+    proposal_chol: np.ndarray
+    #: Mini-batch size ``m``.
+    batch_size: int
+    #: Error knob ``epsilon`` of the sequential test (0: exact MH).
+    epsilon: float
+
+
+class AusterityInfo(NamedTuple):
+    """What one transition did."""
+
+    is_accepted: bool
+    #: Likelihood terms evaluated: two (at theta and theta') per observation used.
+    n_obs_evaluated: int
+    #: Fraction of the data used, ``n / N``.
+    data_fraction: float
+    #: Whether the test stopped before using all the data.
+    stopped_early: bool
+    #: ``lbar - mu_0`` when the test stopped (its sign is the decision).
+    margin: float
+
+
+class IndexStream:
+    """Mini-batches of distinct indices of ``range(n)`` in a uniformly random order.
+
+    Rejection from uniform draws while fewer than half the indices are used
+    (the order of first appearances of i.i.d. uniform indices is a uniformly
+    random order, so this samples without replacement at O(batch) cost per
+    batch); past half, one permutation of the unused remainder is made and
+    consumed.  Equivalent to reading a fresh random permutation of the data,
+    lazily.  Membership is kept in a boolean mask of ``n`` bytes.
+    """
+
+    def __init__(self, rng, n):
+        self.rng = rng
+        self.n = int(n)
+        self.mask = np.zeros(self.n, dtype=bool)
+        self._rest = None
+        self._offset = 0
+        self.n_used = 0
+
+    def next(self, size):
+        """The next ``size`` indices (fewer when the data run out)."""
+        size = min(int(size), self.n - self.n_used)
+        if self._rest is None and self.n_used + size > self.n // 2:
+            self._rest = self.rng.permutation(np.flatnonzero(~self.mask))
+        if self._rest is not None:
+            out = self._rest[self._offset:self._offset + size]
+            self._offset += size
+        else:
+            parts, need = [], size
+            while need > 0:
+                cand = self.rng.integers(0, self.n, 2 * need + 8)
+                _, first = np.unique(cand, return_index=True)
+                cand = cand[np.sort(first)]
+                cand = cand[~self.mask[cand]][:need]
+                self.mask[cand] = True
+                parts.append(cand)
+                need -= len(cand)
+            out = np.concatenate(parts)
+        self.n_used += len(out)
+        return out
+
+
+def init(position, target):
+    """Initial state; ``target`` provides ``logprior``."""
+    position = np.array(position, dtype=np.float64)
+    return AusterityState(position, target.logprior(position))
+
+
+def sequential_test(rng, target, theta, proposal, mu0, batch_size, epsilon):
+    """Decide ``mean_i l_i > mu0`` by the sequential t-test (Algorithm 1).
+
+    Returns ``(accept, n_used, stopped_early, lbar - mu0)``.
+    """
+    N = target.n_obs
+    stream = IndexStream(rng, N)
+    total = total_sq = 0.0
+    n = 0
+    while True:
+        idx = stream.next(batch_size)
+        lik = target.loglik_difference(proposal, theta, idx)
+        total += float(lik.sum())
+        total_sq += float(lik @ lik)
+        n += len(idx)
+        lbar = total / n
+        if n >= N:
+            return bool(lbar > mu0), n, False, lbar - mu0
+        if n > 1:
+            var_l = max(total_sq - n * lbar * lbar, 0.0) / (n - 1)
+            s = np.sqrt(var_l / n) * np.sqrt(1.0 - (n - 1) / (N - 1))
+            if s == 0.0:
+                delta = 0.0 if lbar != mu0 else 1.0
+            else:
+                delta = float(stdtr(n - 1, -abs(lbar - mu0) / s))
+            if delta < epsilon:
+                return bool(lbar > mu0), n, True, lbar - mu0
+
+
+def step(rng, state, target, params):
+    """One approximate MH transition with a random-walk proposal.
+
+    Parameters
+    ----------
+    rng : numpy.random.Generator
+    state : AusterityState
+    target : object
+        Provides ``n_obs``, ``logprior(theta)`` and
+        ``loglik_difference(theta_new, theta_old, idx)``.
+    params : AusterityParams
+
+    Returns
+    -------
+    (AusterityState, AusterityInfo)
+    """
+    N = target.n_obs
+    proposal = state.position + params.proposal_chol @ rng.standard_normal(len(state.position))
+    lp_new = target.logprior(proposal)
+    u = rng.random()
+    if not np.isfinite(lp_new):
+        return state, AusterityInfo(False, 0, 0.0, True, -np.inf)
+    mu0 = (np.log(u) + state.logprior - lp_new) / N
+    accept, n, early, margin = sequential_test(rng, target, state.position, proposal, mu0,
+                                               params.batch_size, params.epsilon)
+    # Each l_i needs the likelihood term at both parameter values.
+    info = AusterityInfo(accept, 2 * n, n / N, early, float(margin))
+    if accept:
+        return AusterityState(proposal, lp_new), info
+    return state, info

@@ -1,0 +1,229 @@
+"""Stochastic gradient Hamiltonian Monte Carlo (SG-HMC) with friction.
+
+One transition is one pass of the inner loop of Algorithm 2 of Chen, Fox and
+Guestrin (2014), the discretisation of the dynamics of their eq. (13)::
+
+    for l = 1, ..., L:
+        theta <- theta + eps M^{-1} r
+        r     <- r + eps g(theta) - eps C M^{-1} r_old + N(0, 2 (C - B_hat) eps)
+
+where ``g`` is an unbiased minibatch estimate of the gradient of the log
+posterior (``-grad U_tilde`` in the paper) computed from a *fresh* minibatch
+for every step and at the *updated* position (symplectic Euler, as in
+Algorithm 2 and Dang et al., 2019, §6.2; using the gradient at the old
+position instead, forward Euler, pumps energy into the system), ``C`` is the
+friction matrix and ``B_hat`` an estimate of the gradient-noise diffusion
+``B = (eps / 2) V`` (eq. 7, ``V`` the covariance of ``g``).  The friction
+uses the momentum before the update, ``r_old``, exactly as Algorithm 2.
+
+There is no Metropolis correction: the chain targets ``exp(-U)`` only as
+``eps -> 0`` (Theorem 3.2 and Proposition 3.1).  The momentum is part of
+the state and is carried from one transition to the next; optionally it is
+redrawn from ``N(0, M)`` at the start of each transition (Algorithm 2,
+"optionally, resample momentum"), that is every ``L`` steps.
+
+With ``v = eps M^{-1} r`` the same update is SGD with momentum (eqs. 14-15)::
+
+    theta <- theta + v
+    v     <- v + eta g(theta) - alpha v + N(0, 2 (alpha - beta_hat) eta)
+
+with learning rate ``eta = eps^2 M^{-1}``, momentum decay ``alpha = eps M^{-1}
+C`` and ``beta_hat = eps M^{-1} B_hat``; :func:`from_sgd_momentum` and
+:func:`to_sgd_momentum` convert between the two parameterisations (unit mass).
+
+A step whose gradient, position or momentum is not finite is a divergence:
+the transition is abandoned, the state at its start is returned and
+:class:`SGHMCInfo` flags it.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import numpy as np
+
+from .metric import sample_momentum, velocity
+
+__all__ = ["SGHMCState", "SGHMCInfo", "SGHMCParams", "make_params", "init", "step",
+           "to_sgd_momentum", "from_sgd_momentum"]
+
+
+class SGHMCState(NamedTuple):
+    """Position and momentum of an SG-HMC chain."""
+
+    #: ``theta``, shape (dim,).
+    position: np.ndarray
+    #: ``r``, shape (dim,); kept between transitions.
+    momentum: np.ndarray
+
+
+class SGHMCParams(NamedTuple):
+    """Tuning parameters of one SG-HMC transition (build with :func:`make_params`)."""
+
+    #: ``eps``.
+    step_size: float
+    #: ``L``: updates per transition (each with a fresh minibatch).
+    n_integration_steps: int
+    #: :class:`~bayesian_subsample.samplers.metric.Metric` (mass matrix ``M``).
+    metric: object
+    #: ``C``, shape (dim, dim), or (dim,) for a diagonal friction.
+    friction: np.ndarray
+    #: ``S`` with ``S S^T = 2 (C - B_hat) eps``, shape (dim, dim), or (dim,)
+    #: (the square root of a diagonal) when ``C`` and ``B_hat`` are diagonal.
+    noise_sqrt: np.ndarray
+    #: Redraw ``r ~ N(0, M)`` at the start of every transition.
+    resample_momentum: bool = False
+
+
+class SGHMCInfo(NamedTuple):
+    """What one SG-HMC transition did."""
+
+    #: True if a non-finite value appeared (the start state is returned).
+    is_divergent: bool
+    #: Kinetic energy ``r^T M^{-1} r / 2`` at the returned state.
+    kinetic_energy: float
+    #: Updates carried out (``L``, or fewer when the transition diverged).
+    n_integration_steps: int
+    #: Per-observation gradient evaluations (``L`` minibatch estimates).
+    n_obs_evaluated: int
+
+
+def make_params(step_size, n_integration_steps, metric, friction, noise_estimate=None,
+                resample_momentum=False):
+    """Build :class:`SGHMCParams`, factorising the injected noise covariance.
+
+    Parameters
+    ----------
+    step_size : float
+    n_integration_steps : int
+    metric : Metric
+    friction : ndarray of shape (dim, dim) or (dim,), or float
+        ``C`` (a vector is a diagonal, a float a multiple of the identity).
+    noise_estimate : ndarray of shape (dim, dim) or (dim,), float or None
+        ``B_hat`` (a vector is a diagonal); None means 0.
+    resample_momentum : bool
+
+    Returns
+    -------
+    params : SGHMCParams
+    clipped : float
+        Largest amount by which an eigenvalue of ``C - B_hat`` was negative
+        and had to be raised to 0 (0.0 when ``C - B_hat`` is positive
+        semi-definite).  A positive value means the injected noise cannot
+        compensate for the gradient noise: the chain is biased.
+    """
+    dim = metric.mass_sqrt.shape[0]
+    C = np.asarray(friction, dtype=np.float64)
+    B = None if noise_estimate is None else np.asarray(noise_estimate, dtype=np.float64)
+    if C.ndim == 0:
+        C = np.full(dim, float(C))
+    if C.ndim == 1 and (B is None or B.ndim < 2):
+        # Diagonal C and B_hat: keep vectors (O(dim) per step).
+        D = C if B is None else C - B
+        clipped = float(max(0.0, -D.min()))
+        noise_sqrt = np.sqrt(np.clip(D, 0.0, None) * 2.0 * float(step_size))
+    else:
+        C = np.diag(C) if C.ndim == 1 else C
+        D = C if B is None else C - (np.diag(B) if B.ndim == 1 else B)
+        w, U = np.linalg.eigh(0.5 * (D + D.T))
+        clipped = float(max(0.0, -w.min()))
+        noise_sqrt = U * np.sqrt(np.clip(w, 0.0, None) * 2.0 * float(step_size))[None, :]
+    params = SGHMCParams(float(step_size), int(n_integration_steps), metric, C, noise_sqrt,
+                         bool(resample_momentum))
+    return params, clipped
+
+
+def _apply(A, v):
+    """``A v`` for a matrix, or elementwise for the diagonal of one."""
+    return A @ v if A.ndim == 2 else A * v
+
+
+def init(position, momentum=None):
+    """Initial state; the momentum defaults to zero (draw ``N(0, M)`` for a warm start)."""
+    position = np.array(position, dtype=np.float64)
+    momentum = np.zeros_like(position) if momentum is None else np.array(momentum, float)
+    return SGHMCState(position, momentum)
+
+
+def step(rng, state, grad_estimator, params):
+    """One SG-HMC transition: ``L`` updates of Algorithm 2 (Chen et al., 2014).
+
+    Parameters
+    ----------
+    rng : numpy.random.Generator
+        Draws the minibatches, the injected noise and any momentum refresh.
+    state : SGHMCState
+    grad_estimator : GradientEstimator
+        Provides ``grad(position, rng)`` and ``n_obs_per_eval``.
+    params : SGHMCParams
+
+    Returns
+    -------
+    (SGHMCState, SGHMCInfo)
+    """
+    metric = params.metric
+    eps = params.step_size
+    theta = state.position
+    r = sample_momentum(rng, metric) if params.resample_momentum else state.momentum
+    per_eval = int(grad_estimator.n_obs_per_eval)
+    dim = len(theta)
+    with np.errstate(over="ignore", invalid="ignore"):
+        for i in range(params.n_integration_steps):
+            v = velocity(r, metric)                      # M^{-1} r_old
+            theta = theta + eps * v
+            g = grad_estimator.grad(theta, rng)          # fresh minibatch, new position
+            r = (r + eps * g - eps * _apply(params.friction, v)
+                 + _apply(params.noise_sqrt, rng.standard_normal(dim)))
+            if not (np.all(np.isfinite(theta)) and np.all(np.isfinite(r))):
+                kin = 0.5 * float(state.momentum @ velocity(state.momentum, metric))
+                return state, SGHMCInfo(True, kin, i + 1, (i + 1) * per_eval)
+    kin = 0.5 * float(r @ velocity(r, metric))
+    n = params.n_integration_steps
+    return SGHMCState(theta, r), SGHMCInfo(False, kin, n, n * per_eval)
+
+
+def to_sgd_momentum(step_size, friction, noise_estimate=0.0, inverse_mass=1.0):
+    """SG-HMC parameters as SGD with momentum (Chen et al., 2014, eq. 15).
+
+    With ``v = eps M^{-1} r``: learning rate ``eta = eps^2 M^{-1}``,
+    momentum decay ``alpha = eps M^{-1} C`` (``1 - alpha`` is the momentum
+    coefficient) and ``beta_hat = eps M^{-1} B_hat``.  Arguments may be
+    scalars or matrices (``inverse_mass`` multiplies on the left).
+
+    Returns
+    -------
+    dict with ``learning_rate``, ``momentum_decay`` and ``noise_estimate``.
+    """
+    eps = float(step_size)
+    Minv = np.asarray(inverse_mass, dtype=float)
+    if Minv.ndim == 1:
+        Minv = np.diag(Minv)
+
+    def left(a):
+        a = np.asarray(a, dtype=float)
+        return Minv * a if Minv.ndim == 0 or a.ndim == 0 else Minv @ a
+
+    return {"learning_rate": eps * eps * Minv, "momentum_decay": eps * left(friction),
+            "noise_estimate": eps * left(noise_estimate)}
+
+
+def from_sgd_momentum(learning_rate, momentum_decay, noise_estimate=0.0):
+    """Inverse of :func:`to_sgd_momentum` for a unit mass matrix ``M = I``.
+
+    ``eps = sqrt(eta)``, ``C = alpha / eps`` and ``B_hat = beta_hat / eps``.
+    The keys match :func:`make_params`, so Chen et al.'s advice (§3.3: fix
+    ``alpha`` at 0.01 or 0.1, then choose the learning rate ``eta``) reads
+    ``make_params(n_integration_steps=L, metric=unit_metric,
+    **from_sgd_momentum(eta, alpha))``.
+
+    Returns
+    -------
+    dict with ``step_size``, ``friction`` and ``noise_estimate``.
+    """
+    eta = float(learning_rate)
+    if not (math.isfinite(eta) and eta > 0):
+        raise ValueError(f"learning_rate must be a positive number, got {learning_rate!r}.")
+    eps = math.sqrt(eta)
+    return {"step_size": eps, "friction": float(momentum_decay) / eps,
+            "noise_estimate": float(noise_estimate) / eps}

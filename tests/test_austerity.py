@@ -1,0 +1,102 @@
+"""Austerity MH (Korattikara et al., 2014) and exact random-walk MH."""
+
+import numpy as np
+import pytest
+
+from bayesian_subsample import AusterityMH, BayesianLogisticRegression, RandomWalkMH
+from bayesian_subsample.samplers.austerity import IndexStream, sequential_test
+
+from .conftest import make_logistic
+from .test_samplers import _logistic_quadrature
+
+
+def test_index_stream_is_a_lazy_random_permutation():
+    rng = np.random.default_rng(0)
+    stream = IndexStream(rng, 1000)
+    batches = [stream.next(70) for _ in range(15)]
+    everything = np.concatenate(batches)
+    assert len(everything) == 1000 and len(np.unique(everything)) == 1000
+    # Uniform: every index is equally likely to come in the first batch.
+    counts = np.zeros(50)
+    for _ in range(4000):
+        counts[IndexStream(rng, 50).next(10)] += 1
+    expected = 4000 * 10 / 50
+    chi2 = ((counts - expected) ** 2 / expected).sum()
+    assert chi2 < 49 + 4 * np.sqrt(2 * 49)  # chi-square with 49 df, mean + 4 sd
+
+
+@pytest.fixture(scope="module")
+def posterior():
+    return make_logistic(n=5000, d=1, seed=8)
+
+
+def test_epsilon_zero_makes_exactly_the_exact_mh_decisions(posterior):
+    """With epsilon = 0 the test never stops early: same decision as exact MH
+    for the same u; a large epsilon (negative control) disagrees sometimes."""
+    rng = np.random.default_rng(1)
+    mode = posterior.mode()[0]
+    N = posterior.n_obs
+    idx = np.arange(N)
+    disagreements = {0.0: 0, 0.3: 0}
+    for _ in range(150):
+        theta = mode + rng.normal(0, 0.03, 2)
+        prop = theta + rng.normal(0, 0.03, 2)
+        mu0 = (np.log(rng.random()) + posterior.logprior(theta) - posterior.logprior(prop)) / N
+        exact = posterior.loglik_difference(prop, theta, idx).mean() > mu0
+        for eps in disagreements:
+            accept, n_used, early, _ = sequential_test(rng, posterior, theta, prop, mu0, 100,
+                                                       eps)
+            disagreements[eps] += accept != exact
+            if eps == 0.0:
+                assert n_used == N and not early
+    assert disagreements[0.0] == 0
+    assert disagreements[0.3] > 0
+
+
+def test_austerity_mh_matches_the_posterior_with_a_fraction_of_the_data(posterior):
+    mean, sd = _logistic_quadrature(posterior)
+    cfg = AusterityMH(epsilon=0.05, batch_size=200)
+    draws, fractions = [], []
+    ss = np.random.SeedSequence(4).spawn(3)
+    prep = cfg.prepare(np.random.default_rng(ss[0]), posterior)
+    for seed in ss[1:]:
+        res = cfg.run_chain(np.random.default_rng(seed), posterior, prep, 500, 2500)
+        draws.append(res.draws)
+        fractions.append(res.stats["data_fraction"].mean())
+    draws = np.stack(draws)
+    assert np.mean(fractions) < 0.5
+    # The issue's criterion: means within 0.2 posterior sd.  (The sequential
+    # test's wrong decisions widen the chain: with N = 5000 and m = 200 the sd
+    # comes out ~1.5x too large at epsilon = 0.05 and ~1.1x at 0.01, while
+    # epsilon = 0 gives 1.01x; see the AusterityMH docstring.)
+    assert np.all(np.abs(draws.mean(axis=(0, 1)) - mean) / sd < 0.2)
+
+
+def test_random_walk_without_the_mh_test_fails_the_same_check(posterior):
+    """Negative control: accepting every random-walk proposal diffuses away."""
+    mean, sd = _logistic_quadrature(posterior)
+    rng = np.random.default_rng(5)
+    prep = RandomWalkMH().prepare(rng, posterior)
+    cov = np.linalg.inv(prep.expansion.neg_hessian)
+    chol = np.linalg.cholesky(cov) * 2.38 / np.sqrt(2)
+    x = prep.expansion.theta_star.copy()
+    draws = np.empty((2500, 2))
+    for i in range(2500):
+        x = x + chol @ rng.standard_normal(2)
+        draws[i] = x
+    assert not np.all(np.abs(draws.mean(0) - mean) / sd < 0.2)
+
+
+def test_mh_samplers_from_the_estimator():
+    X = np.random.default_rng(0).standard_normal((3000, 2))
+    y = (X[:, 0] + np.random.default_rng(1).standard_normal(3000) > 0).astype(int)
+    for sampler in ("rwmh", AusterityMH(batch_size=300)):
+        with pytest.warns(Warning) if sampler == "rwmh" else np.errstate():
+            clf = BayesianLogisticRegression(sampler=sampler, n_chains=2, n_warmup=200,
+                                             n_draws=300, random_state=0).fit(X, y)
+        assert clf.coef_[0, 0] > 0.5
+        assert "data_fraction" in clf.sample_stats_
+    with pytest.raises(ValueError, match="epsilon"):
+        BayesianLogisticRegression(sampler=AusterityMH(epsilon=0.7)).fit(X, y)
+    with pytest.raises(ValueError, match="batch_size"):
+        BayesianLogisticRegression(sampler=AusterityMH(batch_size=10**6)).fit(X, y)
