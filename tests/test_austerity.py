@@ -100,3 +100,35 @@ def test_mh_samplers_from_the_estimator():
         BayesianLogisticRegression(sampler=AusterityMH(epsilon=0.7)).fit(X, y)
     with pytest.raises(ValueError, match="batch_size"):
         BayesianLogisticRegression(sampler=AusterityMH(batch_size=10**6)).fit(X, y)
+
+
+def test_sgld_proposal_with_exact_decisions_matches_the_posterior():
+    """The SGLD proposal (§6.2) with epsilon = 0: a valid MH kernel, since both
+    proposal densities use one minibatch drawn independently of the state.
+    Negative control: the same Langevin moves without any MH test."""
+    from .test_samplers import _assert_matches
+
+    post = make_logistic(n=2000, d=1, seed=8)
+    mean, sd = _logistic_quadrature(post)
+    cfg = AusterityMH(epsilon=0.0, proposal="sgld", batch_size=500, proposal_batch_size=200)
+    ss = np.random.SeedSequence(6).spawn(5)
+    prep = cfg.prepare(np.random.default_rng(ss[0]), post)
+    results = [cfg.run_chain(np.random.default_rng(s), post, prep, 300, 1000) for s in ss[1:]]
+    _assert_matches(np.stack([r.draws for r in results]), mean, sd)
+
+    grad = post.gradient_estimator(200, prep.expansion)
+    sigma = np.linalg.inv(prep.expansion.neg_hessian)
+    chol = np.linalg.cholesky(sigma)
+    step = results[0].step_size ** 2
+    rng = np.random.default_rng(7)
+    chains = []
+    for _ in range(4):
+        x = prep.expansion.theta_star.copy()
+        out = np.empty((1300, 2))
+        for i in range(1300):
+            g = grad.grad_on(x, grad.draw_indices(rng))
+            x = x + 0.5 * step * sigma @ g + np.sqrt(step) * chol @ rng.standard_normal(2)
+            out[i] = x
+        chains.append(out[300:])
+    with pytest.raises(AssertionError):
+        _assert_matches(np.stack(chains), mean, sd)

@@ -44,8 +44,15 @@ class _MHFamily(SamplerConfig):
     def _taylor_order(self):
         return 2
 
+    def _initial_scale(self, dim):
+        return 2.38 / math.sqrt(dim)
+
+    def _target_accept(self):
+        return float(self.target_accept)
+
     def _validate_common(self, n_obs):
-        check_positive_float(self.target_accept, "target_accept", upper=1.0)
+        if not (isinstance(self.target_accept, str) and self.target_accept == "auto"):
+            check_positive_float(self.target_accept, "target_accept", upper=1.0)
         check_positive_float(self.reference_fraction, "reference_fraction", upper=1.0,
                              inclusive_upper=True)
         if not (isinstance(self.proposal_scale, str) and self.proposal_scale == "auto"):
@@ -58,23 +65,23 @@ class _MHFamily(SamplerConfig):
         cov_chol = linalg.cholesky(metric.inverse_mass_matrix, lower=True)
         d = posterior.dim
         adapt = isinstance(self.proposal_scale, str)
-        log_s = math.log(2.38 / math.sqrt(d) if adapt else float(self.proposal_scale))
+        log_s = math.log(self._initial_scale(d) if adapt else float(self.proposal_scale))
+        target_accept = self._target_accept()
         position = ex.theta_star + _laplace_offset(rng, metric)
         state = self._init_state(posterior, position)
         n_eval_warm = 0
         for it in range(n_warmup):
-            state, accepted, cost, _ = transition(rng, state, math.exp(log_s) * cov_chol)
+            state, accepted, cost, _ = transition(rng, state, math.exp(log_s), cov_chol)
             n_eval_warm += cost
             if adapt:
-                log_s += (float(accepted) - self.target_accept) / (it + 1) ** 0.6
+                log_s += (float(accepted) - target_accept) / (it + 1) ** 0.6
         t1 = time.perf_counter()
-        chol = math.exp(log_s) * cov_chol
         draws = np.empty((n_draws, d))
         stats = {k: np.zeros(n_draws, dtype=bool if k == "diverging" else float)
                  for k in _STATS}
         n_eval = 0
         for it in range(n_draws):
-            state, accepted, cost, fraction = transition(rng, state, chol)
+            state, accepted, cost, fraction = transition(rng, state, math.exp(log_s), cov_chol)
             draws[it] = state.position
             n_eval += cost
             stats["acceptance_rate"][it] = float(accepted)
@@ -139,8 +146,8 @@ class RandomWalkMH(_MHFamily):
     def run_chain(self, rng, posterior, prepared, n_warmup, n_draws):
         n = posterior.n_obs
 
-        def transition(rng, state, chol):
-            proposal = state.position + chol @ rng.standard_normal(len(state.position))
+        def transition(rng, state, scale, cov_chol):
+            proposal = state.position + scale * (cov_chol @ rng.standard_normal(len(state.position)))
             lp = posterior.logprior(proposal)
             new = posterior.full_loglik(proposal) + lp if np.isfinite(lp) else -np.inf
             if np.log(rng.random()) < new - state.logpost:
@@ -171,7 +178,23 @@ class AusterityMH(_MHFamily):
         Error knob of the sequential test (the paper explores 0 to 0.2).
     batch_size : int, default=500
         Mini-batch size ``m``.
-    proposal_scale, target_accept, reference_fraction
+    proposal : {"random_walk", "sgld"}, default="random_walk"
+        ``"random_walk"``: Gaussian random walk with covariance ``s^2 Sigma``.
+        ``"sgld"``: the SGLD proposal of the paper's §6.2,
+        ``theta' = theta + (s^2 / 2) Sigma g(theta) + s Sigma^{1/2} z`` with
+        ``g`` a minibatch gradient estimate of the log posterior (with the
+        second-order Taylor control variates around theta*); both proposal
+        densities ``q(theta' | theta)`` and ``q(theta | theta')`` use gradients
+        on the same minibatch, and enter the threshold ``mu_0``.
+    proposal_batch_size : int, default=500
+        Minibatch size of the SGLD proposal's gradients.
+    proposal_scale : "auto" or float, default="auto"
+        ``s``; "auto" adapts it during warm-up towards ``target_accept``.
+    target_accept : "auto" or float, default="auto"
+        0.234 for the random walk, 0.574 for the Langevin (SGLD) proposal
+        (the optimal rates of Roberts, Gelman and Gilks 1997 and Roberts and
+        Rosenthal 1998).
+    reference_fraction : float, default=0.01
         As for :class:`RandomWalkMH`.
 
     References
@@ -182,13 +205,24 @@ class AusterityMH(_MHFamily):
 
     name = "austerity_mh"
 
-    def __init__(self, epsilon=0.05, batch_size=500, proposal_scale="auto",
-                 target_accept=0.234, reference_fraction=0.01):
+    def __init__(self, epsilon=0.05, batch_size=500, proposal="random_walk",
+                 proposal_batch_size=500, proposal_scale="auto", target_accept="auto",
+                 reference_fraction=0.01):
         self.epsilon = epsilon
         self.batch_size = batch_size
+        self.proposal = proposal
+        self.proposal_batch_size = proposal_batch_size
         self.proposal_scale = proposal_scale
         self.target_accept = target_accept
         self.reference_fraction = reference_fraction
+
+    def _initial_scale(self, dim):
+        return 1.0 if self.proposal == "sgld" else 2.38 / math.sqrt(dim)
+
+    def _target_accept(self):
+        if self.target_accept == "auto":
+            return 0.574 if self.proposal == "sgld" else 0.234
+        return float(self.target_accept)
 
     def validate(self, n_obs):
         self._validate_common(n_obs)
@@ -202,6 +236,13 @@ class AusterityMH(_MHFamily):
             ok = False
         if not ok:
             raise ValueError(f"epsilon must be in [0, 0.5), got {self.epsilon!r}.")
+        if self.proposal not in ("random_walk", "sgld"):
+            raise ValueError(
+                f"proposal must be 'random_walk' or 'sgld', got {self.proposal!r}.")
+        check_positive_int(self.proposal_batch_size, "proposal_batch_size")
+        if self.proposal == "sgld" and self.proposal_batch_size > n_obs:
+            raise ValueError(f"proposal_batch_size={self.proposal_batch_size} is larger than "
+                             f"the data ({n_obs} observations).")
 
     def _rows_per_decision(self, posterior):
         return self.batch_size
@@ -211,10 +252,22 @@ class AusterityMH(_MHFamily):
 
     def run_chain(self, rng, posterior, prepared, n_warmup, n_draws):
         eps, m = float(self.epsilon), int(self.batch_size)
+        if self.proposal == "sgld":
+            # Taylor control variates around theta* make the proposal's gradient
+            # nearly exact near the posterior (any gradient keeps MH valid).
+            grad_est = posterior.gradient_estimator(int(self.proposal_batch_size),
+                                                    prepared.expansion)
+            precision = prepared.expansion.neg_hessian
 
-        def transition(rng, state, chol):
-            new, info = austerity.step(rng, state, posterior,
-                                       austerity.AusterityParams(chol, m, eps))
-            return new, info.is_accepted, info.n_obs_evaluated, info.data_fraction
+            def transition(rng, state, scale, cov_chol):
+                params = austerity.AusterityParams(cov_chol, m, eps)
+                new, info = austerity.step_sgld(rng, state, posterior, grad_est, params,
+                                                scale * scale, precision)
+                return new, info.is_accepted, info.n_obs_evaluated, info.data_fraction
+        else:
+            def transition(rng, state, scale, cov_chol):
+                params = austerity.AusterityParams(scale * cov_chol, m, eps)
+                new, info = austerity.step(rng, state, posterior, params)
+                return new, info.is_accepted, info.n_obs_evaluated, info.data_fraction
 
         return self._run(rng, posterior, prepared, n_warmup, n_draws, transition)

@@ -23,9 +23,11 @@ cdf with ``n - 1`` degrees of freedom), deciding by ``lbar > mu_0``; once all
 early, so it makes exactly the decisions of exact MH with the same ``u``
 (a test pins this).
 
-The proposal is a Gaussian random walk ``theta' = theta + L z`` (symmetric,
-so ``q`` cancels in ``mu_0``), with ``L`` a scaled Cholesky factor of the
-inverse Hessian at theta* whose scale the driver adapts during warm-up.
+Proposals: a Gaussian random walk ``theta' = theta + L z`` (:func:`step`;
+symmetric, so ``q`` cancels in ``mu_0``), with ``L`` a scaled Cholesky factor
+of the inverse Hessian at theta* whose scale the driver adapts during
+warm-up, or the SGLD proposal of §6.2 (:func:`step_sgld`), whose forward and
+reverse densities are computed with gradients on one shared minibatch.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ from typing import NamedTuple
 import numpy as np
 from scipy.special import stdtr
 
-__all__ = ["AusterityState", "AusterityInfo", "AusterityParams", "init", "step",
+__all__ = ["AusterityState", "AusterityInfo", "AusterityParams", "init", "step", "step_sgld",
            "sequential_test", "IndexStream"]
 
 
@@ -176,6 +178,43 @@ def step(rng, state, target, params):
                                                params.batch_size, params.epsilon)
     # Each l_i needs the likelihood term at both parameter values.
     info = AusterityInfo(accept, 2 * n, n / N, early, float(margin))
+    if accept:
+        return AusterityState(proposal, lp_new), info
+    return state, info
+
+
+def step_sgld(rng, state, target, grad_estimator, params, step_size, precision):
+    """Approximate MH with the SGLD proposal (Korattikara et al., 2014, §6.2).
+
+    ``theta' ~ N(theta + (eps/2) Sigma g(theta), eps Sigma)`` with ``g`` the
+    minibatch gradient estimate of the log posterior on a minibatch ``S``
+    drawn for this proposal, ``Sigma = precision^{-1}`` (``params.proposal_chol``
+    is its Cholesky factor) and ``eps = step_size``.  The reverse density
+    ``q(theta | theta')`` uses the gradient at ``theta'`` on the same ``S``, so
+    that both densities are computable; ``log q(theta'|theta) - log q(theta|theta')``
+    and the prior ratio enter the threshold ``mu_0`` of the sequential test.
+    """
+    N = target.n_obs
+    theta = state.position
+    idx = grad_estimator.draw_indices(rng)
+    chol = params.proposal_chol
+    sigma = chol @ chol.T
+    eps = float(step_size)
+    fwd_mean = theta + 0.5 * eps * (sigma @ grad_estimator.grad_on(theta, idx))
+    proposal = fwd_mean + np.sqrt(eps) * (chol @ rng.standard_normal(len(theta)))
+    u = rng.random()
+    grad_cost = 2 * len(idx)
+    lp_new = target.logprior(proposal)
+    if not (np.isfinite(lp_new) and np.all(np.isfinite(proposal))):
+        return state, AusterityInfo(False, grad_cost, 0.0, True, -np.inf)
+    bwd_mean = proposal + 0.5 * eps * (sigma @ grad_estimator.grad_on(proposal, idx))
+    df, db = proposal - fwd_mean, theta - bwd_mean
+    log_q_fwd = -0.5 * float(df @ precision @ df) / eps
+    log_q_bwd = -0.5 * float(db @ precision @ db) / eps
+    mu0 = (np.log(u) + state.logprior - lp_new + log_q_fwd - log_q_bwd) / N
+    accept, n, early, margin = sequential_test(rng, target, theta, proposal, mu0,
+                                               params.batch_size, params.epsilon)
+    info = AusterityInfo(accept, 2 * n + grad_cost, n / N, early, float(margin))
     if accept:
         return AusterityState(proposal, lp_new), info
     return state, info
