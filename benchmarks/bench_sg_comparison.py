@@ -28,7 +28,7 @@ convention.  Bias columns (the analogue of Figure 2): the largest
 |posterior-mean difference| / posterior sd and the range of sd ratios against
 full-data HMC, plus the warnings the fit raised.
 
-    python benchmarks/bench_sg_comparison.py                  # ~6 min on 2 cores
+    python benchmarks/bench_sg_comparison.py                  # ~4 min on 2 cores
     python benchmarks/bench_sg_comparison.py --n 20000 --n-draws 500
 """
 

@@ -27,7 +27,7 @@ below is separable across chains), all started from exact draws.
   absolute error of the sample covariance over its 4 entries, from
   ``--chains x --fig3-steps`` samples (the paper uses 10^7).
 
-    python benchmarks/bench_sghmc_paper.py              # ~2 min
+    python benchmarks/bench_sghmc_paper.py              # ~3 min
     python benchmarks/bench_sghmc_paper.py --parts fig3 --chains 2000
 """
 
@@ -143,7 +143,8 @@ def fig1(args):
         samples = out.ravel()
         tv, ks = _distances(samples, cdf, edges)
         print(json.dumps({
-            "figure": 1, "method": name, "step_size": round(eps if kind == "sghmc" else 2 * eps**2, 4),
+            "figure": 1, "method": name,
+            "step_size": round(eps if kind == "sghmc" else 2 * eps**2, 4),
             "friction": friction, "noise_estimate": b_hat, "n_samples": samples.size,
             "steps_per_sample": L, "tv_distance": tv, "ks_statistic": ks,
             "sd_ratio": round(float(samples.std() / true_sd), 4),

@@ -2,7 +2,8 @@
 
 Both use a Gaussian random-walk proposal with covariance ``s^2 Sigma``,
 ``Sigma`` the inverse of the negative Hessian of the log posterior at theta*
-(from the same subset mode and full pass as the HMC samplers) and ``s``
+(at the full-data posterior mode, found by Newton steps from the HMC
+samplers' subset mode) and ``s``
 adapted during warm-up by a Robbins-Monro recursion on ``log s`` towards an
 acceptance rate of 0.234 (the optimal random-walk rate of Roberts, Gelman and
 Gilks, 1997), starting from ``2.38 / sqrt(d)``.  The scale is frozen after
@@ -19,7 +20,13 @@ import numpy as np
 from scipy import linalg
 
 from . import austerity
-from ._base import ChainResult, SamplerConfig, check_positive_float, check_positive_int
+from ._base import (
+    ChainResult,
+    Prepared,
+    SamplerConfig,
+    check_positive_float,
+    check_positive_int,
+)
 from ._hmc_family import _HMCFamily, _laplace_offset
 from .metric import metric_from_mass_matrix
 
@@ -39,7 +46,20 @@ class _RWState(NamedTuple):
 class _MHFamily(SamplerConfig):
     """Shared warm-up and driver."""
 
-    prepare = _HMCFamily.prepare
+    def prepare(self, rng, posterior):
+        """Posterior mode and the Hessian there, for the start and the proposal.
+
+        The subset mode of the HMC samplers is refined by Newton steps on the
+        full data: a random walk moves about ``2.38 / sqrt(d)`` posterior sd per
+        accepted step, so it could not cross the ~``sqrt(1 / fraction)`` sd
+        between the subset mode and the posterior within a normal warm-up, and
+        its scale adaptation would tune to the transient.  The few full passes
+        cost less than one per MH iteration.
+        """
+        rough = _HMCFamily.prepare(self, rng, posterior)
+        theta, cost = posterior.mode(theta0=rough.expansion.theta_star)
+        expansion = posterior.expand(theta, self._taylor_order())
+        return Prepared(expansion, rough.n_obs_evaluated + cost + expansion.n_obs_evaluated)
 
     def _taylor_order(self):
         return 2
