@@ -119,6 +119,14 @@ def check_positive_int(value, name, minimum=1):
         raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}.")
 
 
+def check_rows(value, name, n_obs, hint=""):
+    """A positive integer number of rows that does not exceed the data size."""
+    check_positive_int(value, name)
+    if value > n_obs:
+        raise ValueError(f"{name}={value} is larger than the data ({n_obs} observations)."
+                         + (f" {hint}" if hint else ""))
+
+
 def check_positive_float(value, name, upper=None, inclusive_upper=False):
     try:
         ok = np.isfinite(value) and value > 0

@@ -39,6 +39,7 @@ from ._base import (
     SamplerConfig,
     check_positive_float,
     check_positive_int,
+    check_rows,
 )
 from .adaptation import (
     dual_averaging_init,
@@ -544,10 +545,10 @@ integration_time, chebyshev_cycle
         if self.estimator not in ("perturbed", "signed"):
             raise ValueError(
                 f"estimator must be 'perturbed' or 'signed', got {self.estimator!r}.")
-        check_positive_int(self.batch_size, "batch_size")
-        if self.estimator == "signed" and self.batch_size > n_obs:
-            raise ValueError(f"batch_size={self.batch_size} is larger than the data "
-                             f"({n_obs} observations).")
+        if self.estimator == "signed":
+            check_rows(self.batch_size, "batch_size", n_obs)
+        else:
+            check_positive_int(self.batch_size, "batch_size")
         if self.n_products != "auto":
             check_positive_int(self.n_products, "n_products")
         if self.lower_bound != "auto":
@@ -561,13 +562,9 @@ integration_time, chebyshev_cycle
         if self.taylor_order not in (0, 1, 2) or isinstance(self.taylor_order, bool):
             raise ValueError(f"taylor_order must be 0, 1 or 2, got {self.taylor_order!r}.")
         if not (isinstance(self.subsample_size, str) and self.subsample_size == "auto"):
-            check_positive_int(self.subsample_size, "subsample_size")
-            if self.subsample_size > n_obs:
-                raise ValueError(
-                    f"subsample_size={self.subsample_size} is larger than the data "
-                    f"({n_obs} observations). Use a smaller subsample_size, "
-                    "subsample_size='auto', or the full-data sampler='hmc'."
-                )
+            check_rows(self.subsample_size, "subsample_size", n_obs,
+                       "Use a smaller subsample_size, subsample_size='auto', or the "
+                       "full-data sampler='hmc'.")
 
     def run_chain(self, rng, posterior, prepared, n_warmup, n_draws):
         if self.estimator == "signed":

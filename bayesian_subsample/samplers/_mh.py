@@ -26,6 +26,7 @@ from ._base import (
     SamplerConfig,
     check_positive_float,
     check_positive_int,
+    check_rows,
 )
 from ._hmc_family import _HMCFamily, _laplace_offset
 from .metric import metric_from_mass_matrix
@@ -247,9 +248,7 @@ class AusterityMH(_MHFamily):
     def validate(self, n_obs):
         self._validate_common(n_obs)
         check_positive_int(self.batch_size, "batch_size", minimum=2)
-        if self.batch_size > n_obs:
-            raise ValueError(f"batch_size={self.batch_size} is larger than the data "
-                             f"({n_obs} observations).")
+        check_rows(self.batch_size, "batch_size", n_obs)
         try:
             ok = 0.0 <= float(self.epsilon) < 0.5
         except (TypeError, ValueError):
@@ -259,10 +258,10 @@ class AusterityMH(_MHFamily):
         if self.proposal not in ("random_walk", "sgld"):
             raise ValueError(
                 f"proposal must be 'random_walk' or 'sgld', got {self.proposal!r}.")
-        check_positive_int(self.proposal_batch_size, "proposal_batch_size")
-        if self.proposal == "sgld" and self.proposal_batch_size > n_obs:
-            raise ValueError(f"proposal_batch_size={self.proposal_batch_size} is larger than "
-                             f"the data ({n_obs} observations).")
+        if self.proposal == "sgld":
+            check_rows(self.proposal_batch_size, "proposal_batch_size", n_obs)
+        else:
+            check_positive_int(self.proposal_batch_size, "proposal_batch_size")
 
     def _rows_per_decision(self, posterior):
         return self.batch_size
@@ -278,11 +277,12 @@ class AusterityMH(_MHFamily):
             grad_est = posterior.gradient_estimator(int(self.proposal_batch_size),
                                                     prepared.expansion)
             precision = prepared.expansion.neg_hessian
+            covariance = np.linalg.inv(precision)
 
             def transition(rng, state, scale, cov_chol):
                 params = austerity.AusterityParams(cov_chol, m, eps)
                 new, info = austerity.step_sgld(rng, state, posterior, grad_est, params,
-                                                scale * scale, precision)
+                                                scale * scale, precision, covariance)
                 return new, info.is_accepted, info.n_obs_evaluated, info.data_fraction
         else:
             def transition(rng, state, scale, cov_chol):

@@ -72,7 +72,13 @@ import numpy as np
 from scipy import linalg
 
 from . import sghmc, sgld
-from ._base import ChainResult, SamplerConfig, check_positive_float, check_positive_int
+from ._base import (
+    ChainResult,
+    SamplerConfig,
+    check_positive_float,
+    check_positive_int,
+    check_rows,
+)
 from ._hmc_family import _HMCFamily
 from .adaptation import refinement_schedule
 from .chebyshev import eigenvalue_range
@@ -150,11 +156,8 @@ class _SGFamily(SamplerConfig):
 
     # ---------------------------------------------------------- validation
     def _validate_common(self, n_obs):
-        check_positive_int(self.subsample_size, "subsample_size")
-        if self.subsample_size > n_obs:
-            raise ValueError(
-                f"subsample_size={self.subsample_size} is larger than the data ({n_obs} "
-                "observations). Use a smaller subsample_size or the full-data sampler='hmc'.")
+        check_rows(self.subsample_size, "subsample_size", n_obs,
+                   "Use a smaller subsample_size or the full-data sampler='hmc'.")
         if not isinstance(self.control_variates, (bool, np.bool_)):
             raise ValueError(
                 f"control_variates must be True or False, got {self.control_variates!r}.")

@@ -183,13 +183,15 @@ def step(rng, state, target, params):
     return state, info
 
 
-def step_sgld(rng, state, target, grad_estimator, params, step_size, precision):
+def step_sgld(rng, state, target, grad_estimator, params, step_size, precision,
+              covariance=None):
     """Approximate MH with the SGLD proposal (Korattikara et al., 2014, §6.2).
 
     ``theta' ~ N(theta + (eps/2) Sigma g(theta), eps Sigma)`` with ``g`` the
     minibatch gradient estimate of the log posterior on a minibatch ``S``
     drawn for this proposal, ``Sigma = precision^{-1}`` (``params.proposal_chol``
-    is its Cholesky factor) and ``eps = step_size``.  The reverse density
+    is its Cholesky factor; pass ``covariance=Sigma`` to avoid rebuilding it
+    every step) and ``eps = step_size``.  The reverse density
     ``q(theta | theta')`` uses the gradient at ``theta'`` on the same ``S``, so
     that both densities are computable; ``log q(theta'|theta) - log q(theta|theta')``
     and the prior ratio enter the threshold ``mu_0`` of the sequential test.
@@ -198,7 +200,7 @@ def step_sgld(rng, state, target, grad_estimator, params, step_size, precision):
     theta = state.position
     idx = grad_estimator.draw_indices(rng)
     chol = params.proposal_chol
-    sigma = chol @ chol.T
+    sigma = chol @ chol.T if covariance is None else covariance
     eps = float(step_size)
     fwd_mean = theta + 0.5 * eps * (sigma @ grad_estimator.grad_on(theta, idx))
     proposal = fwd_mean + np.sqrt(eps) * (chol @ rng.standard_normal(len(theta)))
