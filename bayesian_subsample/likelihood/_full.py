@@ -39,7 +39,7 @@ class FullDataTarget:
         """Gradient of the log density alone (inside a leapfrog trajectory)."""
         if not hasattr(self.model.family, "grad_eta"):
             return self.logdensity_and_grad(theta)[1]
-        return self.model.grad_sum(theta) - self.prior.precision * theta
+        return self.model.grad_sum(theta) + self.prior.grad(theta)
 
 
 class TaylorExpansion(NamedTuple):
@@ -136,7 +136,7 @@ class TallPosterior:
             raise ValueError(f"Taylor order must be 0, 1 or 2, got {order!r}.")
         theta_star = np.array(theta_star, dtype=np.float64)
         value, grad, hess = self.model.sums(theta_star, order=2)
-        neg_h = -(hess + self.prior.hessian())
+        neg_h = -(hess + self.prior.hessian(theta_star))
         return TaylorExpansion(
             theta_star=theta_star, order=int(order), loglik=float(value), grad=grad,
             hess=hess, neg_hessian=0.5 * (neg_h + neg_h.T),
@@ -246,14 +246,12 @@ class TallPosterior:
         scale = 1.0 if idx is None else self.n_obs / len(idx)
         n_eval = 0
         per_pass = self.n_obs if idx is None else len(idx)
-        prior_h = self.prior.hessian()
-
         def objective(th, order):
             out = self.model.sums(th, order=order, idx=idx)
             lp, gp = self.prior.logdensity_and_grad(th)
             if order == 0:
                 return scale * out[0] + lp
-            return scale * out[0] + lp, scale * out[1] + gp, scale * out[2] + prior_h
+            return scale * out[0] + lp, scale * out[1] + gp, scale * out[2] + self.prior.hessian(th)
 
         for _ in range(max_iter):
             value, grad, hess = objective(theta, 2)

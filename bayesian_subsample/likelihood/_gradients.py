@@ -137,7 +137,7 @@ class _GLMGradient:
         r = self._residuals(position, Xr, yr, wr)
         out = self._scale * self.model.backprop(Xr, r)
         out += self._population_term(position)
-        out -= self.prior.precision * position
+        out += self.prior.grad(position)
         return out
 
     def grad(self, position, rng):

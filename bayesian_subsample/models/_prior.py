@@ -1,4 +1,11 @@
-"""Priors on the parameter vector ``theta``."""
+"""Priors on the parameter vector ``theta``.
+
+The prior protocol the likelihood layer relies on: ``dim``,
+``logdensity(theta)``, ``logdensity_and_grad(theta)``, ``grad(theta)``,
+``hessian(theta)`` (Hessian of the log density, shape (dim, dim); used for
+the mode, the Taylor expansion's negative Hessian and the mass matrix) and
+``sample(rng, size)``.  Priors need not be Gaussian or diagonal.
+"""
 
 from __future__ import annotations
 
@@ -41,8 +48,12 @@ class GaussianPrior:
         g = -self.precision * theta
         return self._log_norm + 0.5 * np.dot(g, theta), g
 
-    def hessian(self):
-        """Hessian of the log density (constant), shape (dim, dim)."""
+    def grad(self, theta):
+        """Gradient of the log density, ``-theta / scale^2``."""
+        return -self.precision * theta
+
+    def hessian(self, theta=None):
+        """Hessian of the log density (constant, so ``theta`` is ignored), (dim, dim)."""
         return np.diag(-self.precision)
 
     def sample(self, rng, size=None):
