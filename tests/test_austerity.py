@@ -56,9 +56,57 @@ def test_epsilon_zero_makes_exactly_the_exact_mh_decisions(posterior):
     assert disagreements[0.3] > 0
 
 
-def test_austerity_mh_matches_the_posterior_with_a_fraction_of_the_data(posterior):
+def test_control_variate_residuals_add_up_to_the_exact_difference(posterior):
+    """Residuals plus the known population sum of the Taylor terms give back
+    sum_i l_i exactly, and near the mode their spread is far smaller."""
+    mode = posterior.mode()[0]
+    ex = posterior.expand(mode, 2)
+    rng = np.random.default_rng(2)
+    idx = np.arange(posterior.n_obs)
+    for _ in range(5):
+        theta = mode + rng.normal(0, 0.05, 2)
+        prop = theta + rng.normal(0, 0.05, 2)
+        plain = posterior.loglik_difference(prop, theta, idx)
+        resid = posterior.loglik_difference(prop, theta, idx, ex)
+        known = ex.population_sum(prop)[0] - ex.population_sum(theta)[0]
+        assert np.isclose(resid.sum() + known, plain.sum(), rtol=1e-9, atol=1e-8)
+        assert resid.std() < 0.1 * plain.std()
+
+
+@pytest.mark.parametrize("with_cv", [False, True])
+def test_epsilon_zero_decisions_hold_with_control_variates(posterior, with_cv):
+    rng = np.random.default_rng(3)
+    mode = posterior.mode()[0]
+    ex = posterior.expand(mode, 2) if with_cv else None
+    N = posterior.n_obs
+    for _ in range(40):
+        theta = mode + rng.normal(0, 0.03, 2)
+        prop = theta + rng.normal(0, 0.03, 2)
+        mu0 = np.log(rng.random()) / N
+        exact = posterior.full_loglik(prop) - posterior.full_loglik(theta) > N * mu0
+        accept, n_used, _, _ = sequential_test(rng, posterior, theta, prop, mu0, 100, 0.0, ex)
+        assert accept == exact and n_used == N
+
+
+def test_austerity_mh_with_control_variates_matches_the_posterior(posterior):
+    """The default (control variates): within 4 MCSE of the quadrature
+    posterior, mean and sd, reading one batch (4%) per decision almost always."""
+    from .test_samplers import _assert_matches
+
     mean, sd = _logistic_quadrature(posterior)
     cfg = AusterityMH(epsilon=0.05, batch_size=200)
+    ss = np.random.SeedSequence(9).spawn(5)
+    prep = cfg.prepare(np.random.default_rng(ss[0]), posterior)
+    results = [cfg.run_chain(np.random.default_rng(s), posterior, prep, 500, 2500)
+               for s in ss[1:]]
+    assert np.mean([r.stats["data_fraction"].mean() for r in results]) < 0.1
+    _assert_matches(np.stack([r.draws for r in results]), mean, sd)
+
+
+def test_austerity_mh_matches_the_posterior_with_a_fraction_of_the_data(posterior):
+    """The paper's test on the plain differences (no control variates)."""
+    mean, sd = _logistic_quadrature(posterior)
+    cfg = AusterityMH(epsilon=0.05, batch_size=200, control_variates=False)
     draws, fractions = [], []
     ss = np.random.SeedSequence(4).spawn(3)
     prep = cfg.prepare(np.random.default_rng(ss[0]), posterior)
@@ -105,6 +153,8 @@ def test_mh_samplers_from_the_estimator():
         BayesianLogisticRegression(sampler=AusterityMH(epsilon=0.7)).fit(X, y)
     with pytest.raises(ValueError, match="batch_size"):
         BayesianLogisticRegression(sampler=AusterityMH(batch_size=10**6)).fit(X, y)
+    with pytest.raises(ValueError, match="control_variates"):
+        BayesianLogisticRegression(sampler=AusterityMH(control_variates="yes")).fit(X, y)
 
 
 def test_sgld_proposal_with_exact_decisions_matches_the_posterior():

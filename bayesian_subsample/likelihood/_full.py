@@ -122,13 +122,29 @@ class TallPosterior:
         """``sum_k ell_k(theta)`` over all the data (one chunked pass)."""
         return float(self.model.sums(np.asarray(theta, dtype=float), order=0)[0])
 
-    def loglik_difference(self, theta_new, theta_old, idx):
-        """``ell_k(theta_new) - ell_k(theta_old)`` for ``k`` in ``idx`` (one gather)."""
+    def loglik_difference(self, theta_new, theta_old, idx, expansion=None):
+        """``l_k = ell_k(theta_new) - ell_k(theta_old)`` for ``k`` in ``idx`` (one gather).
+
+        With a Taylor ``expansion``, the residuals ``l_k - (q_k(theta_new) -
+        q_k(theta_old))`` of the control variates of eq. (4.4) instead; their
+        population sum is ``l`` summed minus the known
+        ``expansion.population_sum(theta_new) - population_sum(theta_old)``.
+        """
         model = self.model
         Xr, yr, wr = model.rows(idx)
-        new = model.eta_terms(yr, wr, model.eta(theta_new, Xr), 0)[0]
-        old = model.eta_terms(yr, wr, model.eta(theta_old, Xr), 0)[0]
-        return new - old
+        eta_new, eta_old = model.eta(theta_new, Xr), model.eta(theta_old, Xr)
+        out = (model.eta_terms(yr, wr, eta_new, 0)[0]
+               - model.eta_terms(yr, wr, eta_old, 0)[0])
+        if expansion is None or expansion.order == 0:
+            return out
+        eta_star = model.eta(expansion.theta_star, Xr)
+        _, b, c = model.eta_terms(yr, wr, eta_star, 2)
+        d_new, d_old = eta_new - eta_star, eta_old - eta_star
+        # q_k = a_k + b_k delta + c_k delta^2 / 2 (the a_k cancel).
+        out -= b * (d_new - d_old)
+        if expansion.order >= 2:
+            out -= 0.5 * c * (d_new * d_new - d_old * d_old)
+        return out
 
     def expand(self, theta_star, order=2):
         """Taylor control variates around ``theta_star`` from one chunked pass."""

@@ -35,6 +35,9 @@ class Expansion(Protocol):
     neg_hessian: np.ndarray
     n_obs_evaluated: int
 
+    def population_sum(self, theta: np.ndarray) -> tuple[float, np.ndarray]:
+        """Sum over all observations of the control variates and its gradient."""
+
 
 class SubsampleEstimator(Protocol):
     """An estimator of the log posterior from a subsample ``u`` (HMC-ECS)."""
