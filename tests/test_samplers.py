@@ -302,3 +302,28 @@ def test_naive_subsampling_fails_the_same_check(logistic_2d):
         chains.append(out[500:])
     with pytest.raises(AssertionError):
         _assert_matches(np.stack(chains), mean, sd)
+
+
+def test_auto_subsample_size_shrinks_without_a_new_reference_point():
+    """A chain started far from theta* gets a large first m; at a refinement
+    point with draws close to theta* m is re-chosen smaller even when theta*
+    itself needs no refresh.  A fixed subsample_size is left alone."""
+    from bayesian_subsample.samplers._hmc_family import _ECSAdapter
+
+    post = make_logistic(n=50_000, d=3, seed=4)
+    mode = post.mode()[0]
+    expansion = post.expand(mode)
+    sd = np.sqrt(np.diag(np.linalg.inv(expansion.neg_hessian)))
+    rng = np.random.default_rng(0)
+    near = mode + 0.5 * sd * rng.standard_normal((40, post.dim))
+    for size, shrinks in (("auto", True), (20_000, False)):
+        adapter = _ECSAdapter(HMCECS(subsample_size=size, min_subsample_size=100), post)
+        state, _ = adapter.init(rng, mode + 30 * sd, expansion)
+        first = adapter.subsample_size
+        state, _ = adapter.recentre(rng, state, expansion, near, refined=False, final=False)
+        if shrinks:
+            assert first > 5 * adapter.subsample_size
+            assert adapter.subsample_size >= 100
+        else:
+            assert adapter.subsample_size == first == 20_000
+        assert np.isfinite(state.logdensity)

@@ -130,12 +130,20 @@ class _ECSAdapter:
         return hmc_ecs.step(rng, state, self.estimator, params)
 
     def recentre(self, rng, state, expansion, recent, refined, final):
-        if not refined:
+        auto = self.config.subsample_size == "auto"
+        current = self.estimator.subsample_size
+        # Without a new theta*, m is still re-chosen when it may shrink: the
+        # first m comes from draws around the subset mode and can be far
+        # larger than the posterior draws need (the paper's §6.6: 62,000
+        # at the first theta*, 1,000 later); a chain whose theta* never needs
+        # refreshing would otherwise keep it for the whole run.
+        if not refined and not (auto and current > self.config.min_subsample_size):
             return state, 0
         pick = np.linspace(0, len(recent) - 1, min(20, len(recent))).astype(int)
         m, cost = self._choose_m(rng, expansion, recent[pick])
-        current = self.estimator.subsample_size
-        if self.config.subsample_size != "auto" or 0.8 * current <= m <= current:
+        if not refined and m >= 0.8 * current:
+            return state, cost
+        if not auto or 0.8 * current <= m <= current:
             self.estimator = self.estimator.recentre(expansion)
             sub = self.estimator.refresh(state.subsample)
         else:
