@@ -8,15 +8,18 @@ iteration.
 
 from ._version import __version__
 from .estimators import BayesianLogisticRegression
-from .samplers import HMC, HMCECS, SGHMC, SGLD, AusterityMH, RandomWalkMH
+from .samplers import BPS, HMC, HMCECS, SBPS, SGHMC, SGLD, AusterityMH, RandomWalkMH, pSBPS
 
 __all__ = [
     "AusterityMH",
     "BayesianLogisticRegression",
+    "BPS",
     "HMC",
     "HMCECS",
     "RandomWalkMH",
+    "SBPS",
     "SGHMC",
     "SGLD",
+    "pSBPS",
     "__version__",
 ]

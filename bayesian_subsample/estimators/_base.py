@@ -32,7 +32,8 @@ from ..diagnostics import (
 )
 from ..samplers import SAMPLERS, SamplerConfig
 
-__all__ = ["resolve_sampler", "seed_sequences", "run_chains", "SampledModelMixin"]
+__all__ = ["resolve_sampler", "seed_sequences", "run_chains", "check_positive_float",
+           "check_sample_weight", "SampledModelMixin"]
 
 
 def resolve_sampler(sampler, subsample_size=None):
@@ -139,6 +140,19 @@ def check_sample_weight(sample_weight, n_obs):
     return w
 
 
+def check_positive_float(value, name):
+    """Raise ValueError unless ``value`` is a finite number > 0 (not a bool)."""
+    if isinstance(value, bool):
+        ok = False
+    else:
+        try:
+            ok = bool(np.isfinite(value) and value > 0)
+        except TypeError:
+            ok = False
+    if not ok:
+        raise ValueError(f"{name} must be a finite number > 0, got {value!r}.")
+
+
 def _check_int(value, name, minimum):
     if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
         raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}.")
@@ -210,6 +224,39 @@ class SampledModelMixin:
         if signs is None or signs.sum() <= 0:
             return None
         return signs
+
+    def _draw_weights(self):
+        """Weights of the stored draws (chain-major, flattened) in posterior
+        expectations: None for equal weights, else ``s_j / sum s`` (eq. 5.3)."""
+        signs = self._signs()
+        if signs is None:
+            return None
+        s = signs.reshape(-1)
+        return s / s.sum()
+
+    def _report(self):
+        """Print the short post-fit report of ``verbose >= 1``."""
+        stats = self.sample_stats_
+        lines = [
+            f"{type(self).__name__} with sampler {self.sampler_!r}",
+            f"  chains x draws        : {self.n_chains} x {self.n_draws}",
+            f"  acceptance (theta)    : {stats['acceptance_rate'].mean():.3f}",
+            f"  step size, L          : {np.round(self.step_size_, 4)}, "
+            f"{self.n_integration_steps_}",
+            f"  subsample size        : {self.subsample_size_}",
+            f"  divergences           : {self.n_divergent_}",
+            f"  evaluations           : {self.evaluations_}",
+        ]
+        if "sign" in stats:
+            lines.append(f"  positive signs (tau)  : {np.mean(stats['sign'] > 0):.3f}")
+        if "subsample_acceptance_rate" in stats:
+            lines.append(f"  acceptance (u)        : "
+                         f"{stats['subsample_acceptance_rate'].mean():.3f}")
+            lines.append(f"  mean sigma2_hat       : {stats['loglik_var'].mean():.3g}")
+        if self.convergence_:
+            lines.append(f"  max R-hat, min ESS    : {self.convergence_['r_hat'].max():.3f}, "
+                         f"{self.convergence_['ess_bulk'].min():.0f}")
+        print("\n".join(lines))
 
     def _posterior_mean(self, draws):
         """Posterior mean over (chain, draw): the sign-weighted ratio (eq. 5.3) if signed."""

@@ -10,24 +10,17 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 
 from ..models import GLM, GaussianPrior, LogisticFamily
 from ..likelihood import TallPosterior
-from ._base import SampledModelMixin, check_sample_weight, resolve_sampler
+from ._base import (
+    SampledModelMixin,
+    check_positive_float,
+    check_sample_weight,
+    resolve_sampler,
+)
 
 __all__ = ["BayesianLogisticRegression"]
 
 #: Upper bound on the size of one (rows x draws) block in prediction, in floats.
 _PREDICT_BLOCK = 1 << 22
-
-
-def _positive_float(value, name):
-    if isinstance(value, bool):
-        ok = False
-    else:
-        try:
-            ok = np.isfinite(value) and value > 0
-        except TypeError:
-            ok = False
-    if not ok:
-        raise ValueError(f"{name} must be a finite number > 0, got {value!r}.")
 
 
 class BayesianLogisticRegression(ClassifierMixin, SampledModelMixin, BaseEstimator):
@@ -47,12 +40,15 @@ class BayesianLogisticRegression(ClassifierMixin, SampledModelMixin, BaseEstimat
 
     Parameters
     ----------
-    sampler : {"hmc_ecs", "hmc_ecs_signed", "hmc"} or sampler object, default="hmc_ecs"
-        The MCMC back end: a name, or a configured object such as
-        ``HMCECS(subsample_size=2000)`` whose parameters ``GridSearchCV`` can
-        reach as ``sampler__subsample_size``.  ``"hmc_ecs_signed"`` is
-        ``HMCECS(estimator="signed")``: exact (sign-corrected) rather than
-        perturbed.
+    sampler : str or sampler object, default="hmc_ecs"
+        The MCMC back end: a name in
+        ``bayesian_subsample.samplers.SAMPLERS`` (``"hmc_ecs"``,
+        ``"hmc_ecs_signed"``, ``"hmc"``, ``"sgld"``, ``"sghmc"``, ``"rwmh"``,
+        ``"austerity_mh"``, ``"bps"``, ``"sbps"``, ``"psbps"``), or a
+        configured object such as ``HMCECS(subsample_size=2000)`` whose
+        parameters ``GridSearchCV`` can reach as ``sampler__subsample_size``.
+        ``"hmc_ecs_signed"`` is ``HMCECS(estimator="signed")``: exact
+        (sign-corrected) rather than perturbed.
     prior_scale : float, default=10.0
         Prior standard deviation of each coefficient.
     intercept_prior_scale : float, default=10.0
@@ -109,7 +105,9 @@ class BayesianLogisticRegression(ClassifierMixin, SampledModelMixin, BaseEstimat
         eq. 5.4).
     sampler_info_ : list of dict
         Sampler-specific tuning per chain (e.g. the block-Poisson ``n_products``
-        and ``lower_bound``).
+        and ``lower_bound``; for ``"bps"``, ``"sbps"`` and ``"psbps"`` the exact
+        continuous-trajectory ``continuous_mean`` and ``continuous_cov``, the
+        event list ``events`` and the bound-violation rate ``violation_rate``).
     step_size_, n_integration_steps_, subsample_size_ : ndarray of shape (n_chains,)
         Adapted values per chain (``subsample_size_`` is ``n`` for full data).
     inverse_mass_matrix_ : ndarray of shape (n_chains, dim, dim) or (n_chains, dim)
@@ -214,23 +212,15 @@ class BayesianLogisticRegression(ClassifierMixin, SampledModelMixin, BaseEstimat
                 f"multiclass ({len(self.classes_)} classes); wrap the estimator in "
                 "sklearn.multiclass.OneVsRestClassifier for multiclass problems."
             )
-        _positive_float(self.prior_scale, "prior_scale")
-        _positive_float(self.intercept_prior_scale, "intercept_prior_scale")
+        self._validate_hyperparameters()
         self._check_sampling_params()
         self.sampler_ = resolve_sampler(self.sampler, self.subsample_size)
         self.sampler_.validate(X.shape[0])
 
-        model = GLM(X, y_enc.astype(np.float64), LogisticFamily(), sample_weight=sample_weight,
-                    fit_intercept=self.fit_intercept)
-        n_features = X.shape[1]
-        scales = np.full(model.dim, float(self.prior_scale))
-        if self.fit_intercept:
-            scales[0] = float(self.intercept_prior_scale)
-        posterior = TallPosterior(model, GaussianPrior(scales))
-        names = [str(f) for f in getattr(self, "feature_names_in_", range(n_features))]
-        if not hasattr(self, "feature_names_in_"):
-            names = [f"x{j}" for j in range(n_features)]
-        self._param_names_ = (["intercept"] if self.fit_intercept else []) + names
+        model = self._build_model(X, y_enc.astype(np.float64), sample_weight)
+        posterior = TallPosterior(model, self._build_prior(model))
+        self._param_names_ = ((["intercept"] if self.fit_intercept else [])
+                              + self._coef_names(X.shape[1]))
 
         draws = self._sample(posterior)
         if self.fit_intercept:
@@ -247,42 +237,40 @@ class BayesianLogisticRegression(ClassifierMixin, SampledModelMixin, BaseEstimat
             self._report()
         return self
 
+    # ---------------------------------------------- hooks for subclasses
+    # A subclass that changes the design (e.g. a basis expansion) overrides
+    # these four methods; fit, prediction and the summaries use nothing else.
+    def _validate_hyperparameters(self):
+        """Check the model's own parameters (before any sampling)."""
+        check_positive_float(self.prior_scale, "prior_scale")
+        check_positive_float(self.intercept_prior_scale, "intercept_prior_scale")
+
+    def _build_model(self, X, y, sample_weight):
+        """The per-observation likelihood (a GLM reading rows of ``X`` lazily)."""
+        return GLM(X, y, LogisticFamily(), sample_weight=sample_weight,
+                   fit_intercept=self.fit_intercept)
+
+    def _build_prior(self, model):
+        """Independent Gaussian prior, intercept first."""
+        scales = np.full(model.dim, float(self.prior_scale))
+        if self.fit_intercept:
+            scales[0] = float(self.intercept_prior_scale)
+        return GaussianPrior(scales)
+
+    def _coef_names(self, n_features):
+        """Names of the coefficients in ``coef_`` order."""
+        if hasattr(self, "feature_names_in_"):
+            return [str(f) for f in self.feature_names_in_]
+        return [f"x{j}" for j in range(n_features)]
+
+    def _design_chunk(self, X):
+        """Design rows (float64) of a block of validated input rows."""
+        return np.asarray(X, dtype=np.float64)
+
     def _all_draws(self):
         if self.fit_intercept:
             return np.concatenate([self.intercept_draws_[:, :, None], self.coef_draws_], axis=2)
         return self.coef_draws_
-
-    def _report(self):
-        stats = self.sample_stats_
-        lines = [
-            f"{type(self).__name__} with sampler {self.sampler_!r}",
-            f"  chains x draws        : {self.n_chains} x {self.n_draws}",
-            f"  acceptance (theta)    : {stats['acceptance_rate'].mean():.3f}",
-            f"  step size, L          : {np.round(self.step_size_, 4)}, "
-            f"{self.n_integration_steps_}",
-            f"  subsample size        : {self.subsample_size_}",
-            f"  divergences           : {self.n_divergent_}",
-            f"  evaluations           : {self.evaluations_}",
-        ]
-        if "sign" in stats:
-            lines.append(f"  positive signs (tau)  : {np.mean(stats['sign'] > 0):.3f}")
-        if "subsample_acceptance_rate" in stats:
-            lines.append(f"  acceptance (u)        : "
-                         f"{stats['subsample_acceptance_rate'].mean():.3f}")
-            lines.append(f"  mean sigma2_hat       : {stats['loglik_var'].mean():.3g}")
-        if self.convergence_:
-            lines.append(f"  max R-hat, min ESS    : {self.convergence_['r_hat'].max():.3f}, "
-                         f"{self.convergence_['ess_bulk'].min():.0f}")
-        print("\n".join(lines))
-
-    # -------------------------------------------------------------- predict
-    def _draw_weights(self):
-        """Weights of the stored draws in posterior means: 1/S, or s_j / sum s (eq. 5.3)."""
-        signs = self._signs()
-        if signs is None:
-            return None
-        s = signs.reshape(-1)
-        return s / s.sum()
 
     def _log_proba_blocks(self, X):
         """Yield (slice, log p0, log p1) over row blocks, averaging over draws."""
@@ -294,7 +282,7 @@ class BayesianLogisticRegression(ClassifierMixin, SampledModelMixin, BaseEstimat
         log_s = np.log(n_draws)
         for start in range(0, X.shape[0], rows):
             sl = slice(start, min(start + rows, X.shape[0]))
-            eta = np.asarray(X[sl], dtype=np.float64) @ W.T + b
+            eta = self._design_chunk(X[sl]) @ W.T + b
             if weights is not None:
                 p1 = np.clip(expit(eta) @ weights, 0.0, 1.0)
                 with np.errstate(divide="ignore"):
@@ -329,7 +317,7 @@ class BayesianLogisticRegression(ClassifierMixin, SampledModelMixin, BaseEstimat
         out = np.empty((X.shape[0], 2))
         for start in range(0, X.shape[0], rows):
             sl = slice(start, min(start + rows, X.shape[0]))
-            p1 = np.clip(expit(np.asarray(X[sl], dtype=np.float64) @ W.T + b) @ weights, 0, 1)
+            p1 = np.clip(expit(self._design_chunk(X[sl]) @ W.T + b) @ weights, 0, 1)
             out[sl, 1] = p1
             out[sl, 0] = 1.0 - p1
         return out

@@ -20,7 +20,12 @@ from ._difference import (
     block_layout,
 )
 from ._full import FullDataTarget, TallPosterior, TaylorExpansion
-from ._gradients import ControlVariateGradient, MinibatchGradient, sample_without_replacement
+from ._gradients import (
+    ControlVariateGradient,
+    MinibatchGradient,
+    MinibatchObservation,
+    sample_without_replacement,
+)
 
 __all__ = [
     "BlockPoissonEstimator",
@@ -30,6 +35,7 @@ __all__ = [
     "Estimate",
     "FullDataTarget",
     "MinibatchGradient",
+    "MinibatchObservation",
     "SignedSubsample",
     "Subsample",
     "TallPosterior",

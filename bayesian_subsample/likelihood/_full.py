@@ -159,6 +159,58 @@ class TallPosterior:
             n_obs_evaluated=self.model.n_obs,
         )
 
+    def curvature_bound_matrix(self):
+        """A matrix ``B`` bounding the curvature of the potential everywhere.
+
+        For the potential ``U = -log pi`` of a GLM whose family bounds
+        ``|d^2 ell / d eta^2| <= c`` (``family.curvature_bound``: 1/4 for the
+        logistic model, ``1/s^2`` for the Gaussian one) and a Gaussian prior of
+        precision ``P``, the Hessian of ``U`` satisfies
+        ``v^T grad^2 U(x) v <= v^T B v`` for every ``x`` and ``v``, with
+
+            ``B = c sum_k w_k z_k z_k^T + P``
+
+        (``z_k`` the design row in theta coordinates, ``w_k`` the weights).  So
+        along any ray the rate of the bouncy particle sampler is bounded by a
+        linear function of time,
+        ``v^T grad U(x + t v) <= v^T grad U(x) + t v^T B v``, which costs
+        O(dim^2) per bound once ``B`` is known.  ``B`` is built in one chunked
+        pass over the data (peak memory O(chunk x dim + dim^2)).
+
+        Returns
+        -------
+        B : ndarray of shape (dim, dim)
+        n_obs_evaluated : int
+            Rows read (one per observation).
+
+        Raises
+        ------
+        ValueError
+            If the family has no ``curvature_bound`` or the prior no constant
+            ``precision`` (no global bound is then available).
+        """
+        c = getattr(self.model.family, "curvature_bound", None)
+        if c is None or not np.isfinite(c):
+            raise ValueError(
+                f"The {getattr(self.model.family, 'name', 'model')!r} family has no bound on "
+                "the curvature of its log-likelihood, so the full-data bouncy particle "
+                "sampler cannot bound its event rate. Use sampler='sbps' or 'hmc'.")
+        precision = getattr(self.prior, "precision", None)
+        if precision is None:
+            raise ValueError(
+                "The prior has no constant precision, so the bouncy particle sampler cannot "
+                "bound its event rate. Use a GaussianPrior, sampler='sbps' or 'hmc'.")
+        model = self.model
+        B = np.zeros((model.dim, model.dim))
+        for start, stop in model.chunks():
+            Xr, _, wr = model.chunk_rows(start, stop)
+            weights = np.ones(len(Xr)) if wr is None else wr
+            B += model.weighted_outer(Xr, weights)
+        B *= float(c)
+        precision = np.asarray(precision, dtype=np.float64)
+        B += np.diag(precision) if precision.ndim == 1 else precision
+        return 0.5 * (B + B.T), model.n_obs
+
     def difference_estimator(self, expansion, subsample_size, n_blocks=100):
         """The perturbed difference estimator around ``expansion`` (eqs. 4.1-4.7)."""
         from ._difference import DifferenceEstimator
@@ -257,8 +309,16 @@ class TallPosterior:
         theta : ndarray of shape (dim,)
         n_obs_evaluated : int
             Per-observation evaluations spent.
+
+        Without ``theta0`` the iterations start at ``prior.initial_position()``
+        when the prior has that method, else at zero.
         """
-        theta = np.zeros(self.dim) if theta0 is None else np.array(theta0, dtype=float)
+        if theta0 is None:
+            # A prior may say where the search should start (e.g. the linear
+            # model's tau = 1/sigma, whose log density is -inf at 0).
+            start = getattr(self.prior, "initial_position", None)
+            theta0 = np.zeros(self.dim) if start is None else start()
+        theta = np.array(theta0, dtype=float)
         scale = 1.0 if idx is None else self.n_obs / len(idx)
         n_eval = 0
         per_pass = self.n_obs if idx is None else len(idx)
@@ -272,9 +332,14 @@ class TallPosterior:
         for _ in range(max_iter):
             value, grad, hess = objective(theta, 2)
             n_eval += per_pass
-            step = np.linalg.solve(-hess, grad)
+            try:
+                step = np.linalg.solve(-hess, grad)
+            except np.linalg.LinAlgError:
+                # A singular Hessian: no (unique) mode in reach, e.g. a linear
+                # model that fits the data exactly (sigma -> 0).  Stop here.
+                break
             decrement = float(grad @ step)
-            if decrement < 2 * tol:
+            if not decrement >= 2 * tol:
                 break
             t = 1.0
             while t > 1e-10:

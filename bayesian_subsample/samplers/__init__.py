@@ -1,17 +1,31 @@
 """Samplers: pure transition kernels, warm-up adaptation and configured samplers.
 
 Kernels (:mod:`.hmc`, :mod:`.hmc_ecs`, :mod:`.sgld`, :mod:`.sghmc`,
-:mod:`.austerity`) are pure functions ``step(rng, state, target, params) ->
-(state, info)`` written against small protocols (:mod:`._typing`); configured
-samplers (:class:`HMC`, :class:`HMCECS`, :class:`SGLD`, :class:`SGHMC`,
-:class:`RandomWalkMH`, :class:`AusterityMH`) bind tuning parameters and drive
-chains for the estimators.
+:mod:`.austerity`, :mod:`.bps`, :mod:`.sbps`) are pure functions
+``step(rng, state, target, params) -> (state, info)`` written against small
+protocols (:mod:`._typing`); configured samplers (:class:`HMC`,
+:class:`HMCECS`, :class:`SGLD`, :class:`SGHMC`, :class:`RandomWalkMH`,
+:class:`AusterityMH`, :class:`BPS`, :class:`SBPS`) bind tuning parameters and
+drive chains for the estimators.
 """
 
-from . import adaptation, austerity, chebyshev, hmc, hmc_ecs, integrators, metric, sghmc, sgld
+from . import (
+    adaptation,
+    austerity,
+    bps,
+    chebyshev,
+    hmc,
+    hmc_ecs,
+    integrators,
+    metric,
+    sbps,
+    sghmc,
+    sgld,
+)
 from ._base import ChainResult, Prepared, SamplerConfig
 from ._hmc_family import HMC, HMCECS
 from ._mh import AusterityMH, RandomWalkMH
+from ._pdmp import BPS, SBPS, pSBPS
 from ._sg import SGHMC, SGLD
 
 
@@ -22,26 +36,32 @@ def _signed_hmc_ecs():
 #: Sampler names accepted by the estimators, each mapped to a factory of its
 #: default configuration.
 SAMPLERS = {"hmc": HMC, "hmc_ecs": HMCECS, "hmc_ecs_signed": _signed_hmc_ecs,
-            "sgld": SGLD, "sghmc": SGHMC, "rwmh": RandomWalkMH, "austerity_mh": AusterityMH}
+            "sgld": SGLD, "sghmc": SGHMC, "rwmh": RandomWalkMH, "austerity_mh": AusterityMH,
+            "bps": BPS, "sbps": SBPS, "psbps": pSBPS}
 
 __all__ = [
     "AusterityMH",
+    "BPS",
     "HMC",
     "HMCECS",
     "RandomWalkMH",
     "SAMPLERS",
+    "SBPS",
     "SGHMC",
     "SGLD",
+    "pSBPS",
     "ChainResult",
     "Prepared",
     "SamplerConfig",
     "adaptation",
     "austerity",
+    "bps",
     "chebyshev",
     "hmc",
     "hmc_ecs",
     "integrators",
     "metric",
+    "sbps",
     "sghmc",
     "sgld",
 ]

@@ -215,6 +215,21 @@ class _SignedECSAdapter(_ECSAdapter):
         return self._signed(rng, state.position, expansion, recent[pick])
 
 
+def prepare_at_full_data_mode(config, rng, posterior):
+    """theta* at the full-data posterior mode, with its Taylor expansion.
+
+    The HMC samplers' subset mode (:meth:`_HMCFamily.prepare`) refined by
+    Newton steps on all the data.  For samplers that move diffusively (random
+    walk MH, piecewise-deterministic processes) the ``sqrt(1 / fraction)``
+    posterior sd between the subset mode and the posterior would take a long
+    warm-up to cross; a few full passes cost less.
+    """
+    rough = _HMCFamily.prepare(config, rng, posterior)
+    theta, cost = posterior.mode(theta0=rough.expansion.theta_star)
+    expansion = posterior.expand(theta, config._taylor_order())
+    return Prepared(expansion, rough.n_obs_evaluated + cost + expansion.n_obs_evaluated)
+
+
 class _HMCFamily(SamplerConfig):
     """Shared tuning and driver of the HMC samplers."""
 

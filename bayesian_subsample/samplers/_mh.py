@@ -22,13 +22,12 @@ from scipy import linalg
 from . import austerity
 from ._base import (
     ChainResult,
-    Prepared,
     SamplerConfig,
     check_positive_float,
     check_positive_int,
     check_rows,
 )
-from ._hmc_family import _HMCFamily, _laplace_offset
+from ._hmc_family import _laplace_offset, prepare_at_full_data_mode
 from .metric import metric_from_mass_matrix
 
 __all__ = ["RandomWalkMH", "AusterityMH"]
@@ -57,10 +56,7 @@ class _MHFamily(SamplerConfig):
         its scale adaptation would tune to the transient.  The few full passes
         cost less than one per MH iteration.
         """
-        rough = _HMCFamily.prepare(self, rng, posterior)
-        theta, cost = posterior.mode(theta0=rough.expansion.theta_star)
-        expansion = posterior.expand(theta, self._taylor_order())
-        return Prepared(expansion, rough.n_obs_evaluated + cost + expansion.n_obs_evaluated)
+        return prepare_at_full_data_mode(self, rng, posterior)
 
     def _taylor_order(self):
         return 2

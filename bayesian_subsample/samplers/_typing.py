@@ -79,3 +79,41 @@ class TallPosterior(Protocol):
 
     def difference_variance(self, expansion: Expansion, thetas, rng,
                             n_pilot: int = 20000) -> tuple[np.ndarray, int]: ...
+
+
+class MinibatchObservation(Protocol):
+    """One minibatch estimate of the log-posterior gradient (SBPS, eq. 7)."""
+
+    #: The estimate of ``grad log pi(position)``, shape (dim,).
+    grad: np.ndarray
+
+    def variance_along(self, direction: np.ndarray) -> float:
+        """Estimated variance of ``direction^T grad`` (eq. 10, with the
+        finite-population correction of sampling without replacement)."""
+
+
+class MinibatchObserver(Protocol):
+    """A minibatch gradient estimator that also reports its noise (SBPS)."""
+
+    subsample_size: int
+    #: Per-observation gradient evaluations per call of :meth:`observe`.
+    n_obs_per_eval: int
+
+    def observe(self, position: np.ndarray,
+                rng: np.random.Generator) -> MinibatchObservation:
+        """An estimate from a fresh minibatch drawn without replacement."""
+
+
+class BouncyPosterior(TallPosterior, Protocol):
+    """What the piecewise-deterministic samplers (BPS, SBPS) ask of a posterior.
+
+    ``gradient_estimator(m, expansion)`` must return a
+    :class:`MinibatchObserver` (the likelihood layer's minibatch gradients do).
+    """
+
+    def curvature_bound_matrix(self) -> tuple[np.ndarray, int]:
+        """``B`` with ``v^T grad^2(-log pi)(x) v <= v^T B v`` for all ``x, v``,
+        and the per-observation evaluations spent building it (one pass)."""
+
+    def gradient_estimator(self, subsample_size: int,
+                           expansion: Expansion | None = None) -> MinibatchObserver: ...

@@ -1,0 +1,718 @@
+"""Configured piecewise-deterministic samplers (BPS, SBPS, pSBPS) and their chain driver.
+
+The kernels (:mod:`.bps`, :mod:`.sbps`) move a particle along straight
+segments.  The driver here turns the continuous trajectory into what the
+estimators consume:
+
+* **draws on an equal-time grid**: the position at trajectory times
+  ``T_w + j * draw_interval``, ``j = 1..n_draws``, after a warm-up of
+  ``T_w = n_warmup * draw_interval`` trajectory time, so ``predict_proba``,
+  ``summary()``, ESS and R-hat work as for every other sampler (the ESS is
+  that of time-batch means, not of per-event samples);
+* **exact continuous-trajectory moments** (eq. 19 of Pakman et al., 2017):
+  for a segment starting at ``x`` with velocity ``u`` and duration ``tau``,
+  ``int x(t) dt = tau x + tau^2 u / 2`` and
+  ``int x(t) x(t)^T dt = tau x x^T + tau^2 (x u^T + u x^T) / 2 + tau^3 u u^T / 3``;
+  summed over the post-warm-up trajectory and divided by its length they give
+  ``continuous_mean`` and ``continuous_cov`` (``ChainResult.extra``).  Averages
+  over the *event* positions are biased, because event times depend on the
+  state (bounces happen where the particle climbs the potential);
+* **the event list**: positions, velocities after the event, times and kinds
+  (1 bounce, 2 refreshment) of the first ``max_stored_events`` events after
+  warm-up, enough to replay the path exactly up to the last stored event
+  (``extra["events"]``), plus the total counts.
+
+Defaults are chosen from the posterior scale at the reference point theta*
+(the HMC samplers' subset mode, refined by Newton steps on all the data as
+for the MH samplers, plus one full pass for the Hessian ``H`` of the negative
+log posterior there).  With ``A`` the fixed preconditioner (identity, or
+``L^{-T}`` with ``H = L L^T`` for ``metric="laplace"``) and
+``tau = sqrt(trace((A^T H A)^{-1}) / dim)`` (the root-mean-square Laplace
+posterior sd in the coordinates the particle moves in) and ``T = sqrt(dim) tau`` (a velocity uniform on the
+sphere moves each coordinate at speed about ``1 / sqrt(dim)``, so ``T`` is the
+time the particle needs to move a coordinate by about one sd; ``T = sqrt(dim)``
+for ``metric="laplace"``):
+
+* ``draw_interval="auto"``: ``T`` of trajectory time per stored draw;
+* ``refresh_rate="auto"``: ``1 / T`` for BPS (one refreshment per sd
+  travelled in each coordinate) and ``0.1 / T`` for SBPS, whose minibatch
+  noise already randomises the velocity (§7.1);
+* SBPS ``subsample_size="auto"``: ``n = min(N, max(100, min(10000,
+  ceil(N / 100))))`` (the paper's ``n = 100`` for ``N = 1000``);
+* SBPS slope prior: mean ``trace(A^T H A) / dim`` and sd the largest
+  eigenvalue of ``A^T H A``, so that the predictive band right after a bounce
+  is steeper than the curvature along any direction.
+
+The first position is theta* plus a draw from the Laplace approximation
+``N(0, H^{-1})`` and the first velocity is uniform on the sphere.
+
+References
+----------
+Pakman, A., Gilboa, D., Carlson, D. and Paninski, L. (2017). Stochastic
+bouncy particle sampler. ICML, Algorithm 1, §3-5, eq. (19).
+Bouchard-Cote, A., Vollmer, S. J. and Doucet, A. (2018). The bouncy particle
+sampler. JASA 113, 855-867.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import NamedTuple
+
+import numpy as np
+from scipy import linalg
+
+from . import bps, sbps
+from ._base import (
+    ChainResult,
+    SamplerConfig,
+    check_positive_float,
+    check_positive_int,
+    check_rows,
+)
+from ._hmc_family import _laplace_offset, prepare_at_full_data_mode
+from .metric import metric_from_mass_matrix
+
+__all__ = ["BPS", "SBPS", "pSBPS"]
+
+_STATS = ("acceptance_rate", "diverging", "energy", "energy_error", "lp", "step_size",
+          "n_steps", "n_obs_evaluated", "bounces", "refreshes", "proposals", "violations")
+
+#: ``beta`` and ``epsilon`` of the pSBPS preconditioner, eqs. (17)-(18) (§5, Fig. 3).
+PRECONDITIONER_DECAY = 0.99
+PRECONDITIONER_EPSILON = 1e-4
+#: Consecutive non-finite gradient estimates after which a chain gives up.
+_MAX_CONSECUTIVE_ERRORS = 100
+
+
+class _PDMPPrepared(NamedTuple):
+    """:class:`~._base.Prepared` plus the full-data curvature bound (BPS only)."""
+
+    expansion: object
+    n_obs_evaluated: int
+    #: ``B`` of :meth:`curvature_bound_matrix` (None for SBPS).
+    curvature_bound: object
+
+
+def laplace_time_scale(neg_hessian):
+    """``sqrt(trace(H^{-1}) / dim)``, the rms Laplace posterior sd (module notes)."""
+    H = np.asarray(neg_hessian, dtype=float)
+    vals = np.linalg.eigvalsh(0.5 * (H + H.T))
+    vals = np.maximum(vals, 1e-300)
+    return float(math.sqrt(np.mean(1.0 / vals)))
+
+
+class _Recorder:
+    """Grid draws, exact segment moments and the event list of one chain."""
+
+    def __init__(self, dim, t_start, interval, n_draws, max_events):
+        self.dim = dim
+        self.t_start = t_start
+        self.interval = interval
+        self.n_draws = n_draws
+        self.t_end = t_start + n_draws * interval
+        self.draws = np.empty((n_draws, dim))
+        self.n_done = 0
+        self.sum1 = np.zeros(dim)
+        self.sum2 = np.zeros((dim, dim))
+        self.total = 0.0
+        self.max_events = max_events
+        self.ev_time, self.ev_pos, self.ev_vel, self.ev_kind = [], [], [], []
+        self.n_events = 0
+
+    def next_grid_time(self):
+        return self.t_start + (self.n_done + 1) * self.interval
+
+    def grid(self, x0, u, t0, t1):
+        """Emit draws at grid times in ``(t0, t1]`` on the line ``x0 + (t - t0) u``.
+
+        Returns the number emitted.
+        """
+        emitted = 0
+        while self.n_done < self.n_draws:
+            tg = self.next_grid_time()
+            if tg > t1:
+                break
+            self.draws[self.n_done] = x0 + (tg - t0) * u
+            self.n_done += 1
+            emitted += 1
+        return emitted
+
+    def line(self, x0, u, t0, t1):
+        """Add the exact moments of the line ``x0 + (t - t0) u`` over ``[t0, t1]`` clipped."""
+        a, b = max(t0, self.t_start), min(t1, self.t_end)
+        if not b > a:
+            return
+        x = x0 + (a - t0) * u
+        tau = b - a
+        xu = np.outer(x, u)
+        self.sum1 += tau * x + 0.5 * tau * tau * u
+        self.sum2 += (tau * np.outer(x, x) + 0.5 * tau * tau * (xu + xu.T)
+                      + (tau ** 3 / 3.0) * np.outer(u, u))
+        self.total += tau
+
+    def event(self, t, x, u, kind):
+        if not self.t_start <= t <= self.t_end:
+            return
+        self.n_events += 1
+        if len(self.ev_time) < self.max_events:
+            self.ev_time.append(t - self.t_start)
+            self.ev_pos.append(np.array(x))
+            self.ev_vel.append(np.array(u))
+            self.ev_kind.append(kind)
+
+    def moments(self):
+        mean = self.sum1 / self.total
+        cov = self.sum2 / self.total - np.outer(mean, mean)
+        return mean, 0.5 * (cov + cov.T)
+
+    def events(self):
+        d = self.dim
+        return {"time": np.asarray(self.ev_time, dtype=float),
+                "position": np.asarray(self.ev_pos, dtype=float).reshape(-1, d),
+                "velocity": np.asarray(self.ev_vel, dtype=float).reshape(-1, d),
+                "kind": np.asarray(self.ev_kind, dtype=np.int8),
+                "n_events": int(self.n_events),
+                "truncated": bool(self.n_events > len(self.ev_time))}
+
+
+class _PDMPFamily(SamplerConfig):
+    """Shared preparation and chain driver of BPS and SBPS."""
+
+    _default_refresh_factor = 1.0
+
+    def _prepare_reference(self, rng, posterior):
+        """theta*: the HMC samplers' subset mode refined by Newton steps on all data.
+
+        A piecewise-deterministic particle starting at the subset mode, about
+        ``sqrt(1 / reference_fraction)`` posterior sd from the posterior, would
+        need a long warm-up to get there (its motion is diffusive at the scale
+        of the segment length); a few full passes are cheaper, as for the MH
+        samplers.  The expansion at theta* gives the Hessian for the defaults.
+        """
+        return prepare_at_full_data_mode(self, rng, posterior)
+
+    def _taylor_order(self):
+        return 2
+
+    def _validate_common(self, n_obs):
+        for name in ("draw_interval", "refresh_rate"):
+            value = getattr(self, name)
+            if isinstance(value, str) and value == "auto":
+                continue
+            if name == "refresh_rate" and not isinstance(value, (bool, np.bool_)) \
+                    and isinstance(value, (int, float, np.number)) and value == 0:
+                continue
+            check_positive_float(value, name)
+        check_positive_float(self.reference_fraction, "reference_fraction", upper=1.0,
+                             inclusive_upper=True)
+        check_positive_int(self.max_stored_events, "max_stored_events", minimum=0)
+        if self.metric not in ("laplace", "identity"):
+            raise ValueError(f"metric must be 'laplace' or 'identity', got {self.metric!r}.")
+
+    def _laplace_factor(self, expansion):
+        """``A = L^{-T}`` with ``H = L L^T``, so ``A A^T = H^{-1}`` and ``A^T H A = I``."""
+        if self.metric != "laplace":
+            return None
+        L = np.linalg.cholesky(np.asarray(expansion.neg_hessian, dtype=float))
+        return linalg.solve_triangular(L, np.eye(len(L)), lower=True).T
+
+    def _scales(self, expansion):
+        A = self._laplace_factor(expansion)
+        H = np.asarray(expansion.neg_hessian, dtype=float)
+        tau = laplace_time_scale(H if A is None else A.T @ H @ A)
+        # A unit-speed velocity moves each of d coordinates at about 1/sqrt(d).
+        cross = math.sqrt(len(H)) * tau
+        interval = cross if self.draw_interval == "auto" else float(self.draw_interval)
+        refresh = (self._default_refresh_factor / cross if self.refresh_rate == "auto"
+                   else float(self.refresh_rate))
+        return tau, interval, refresh
+
+    def _start(self, rng, expansion):
+        metric = metric_from_mass_matrix(expansion.neg_hessian, True)
+        position = expansion.theta_star + _laplace_offset(rng, metric)
+        return position, bps.sample_velocity(rng, len(position))
+
+    def _drive(self, rng, posterior, prepared, n_warmup, n_draws, kernel):
+        """Run ``kernel`` (an object with ``step``/``velocity``/``position``) on the grid."""
+        t_clock = time.perf_counter()
+        expansion = prepared.expansion
+        tau, interval, refresh = self._scales(expansion)
+        kernel.setup(rng, expansion, refresh)
+        t_warm_end = n_warmup * interval
+        rec = _Recorder(posterior.dim, t_warm_end, interval, n_draws,
+                        int(self.max_stored_events))
+        stats = {name: np.zeros(n_draws) for name in _STATS}
+        for name in ("energy", "energy_error", "lp"):
+            stats[name][:] = np.nan
+        stats["diverging"] = np.zeros(n_draws, dtype=bool)
+        stats["step_size"][:] = interval
+        n_eval_warm = kernel.n_obs_evaluated_init
+        n_eval_samp = 0
+        t = 0.0
+        line_x, line_u, line_t = kernel.position.copy(), kernel.velocity_w.copy(), 0.0
+        if n_warmup == 0:
+            rec.event(0.0, line_x, line_u, 0)
+        n_bad = 0
+        acc = dict(steps=0, bounces=0, refreshes=0, proposals=0, violations=0, evals=0,
+                   div=False)
+        totals = dict(bounces=0, refreshes=0, proposals=0, violations=0, observe=0,
+                      numerical_errors=0)
+        warm_done = n_warmup == 0
+        if warm_done:
+            kernel.freeze()
+        t_warm_clock = time.perf_counter() if warm_done else None
+        while rec.n_done < n_draws:
+            x0, u0 = kernel.position, kernel.velocity_w
+            info = kernel.step(rng)
+            t1 = t + info.duration
+            # Grid draws on this segment: they belong to intervals before this
+            # step's evaluations (which happen at the segment's end).
+            if t1 >= rec.next_grid_time():
+                emitted_from = rec.n_done
+                rec.grid(x0, u0, t, t1)
+                for j in range(emitted_from, rec.n_done):
+                    for name in ("bounces", "refreshes", "proposals", "violations"):
+                        stats[name][j] = acc[name]
+                    stats["n_steps"][j] = acc["steps"]
+                    stats["n_obs_evaluated"][j] = acc["evals"]
+                    stats["diverging"][j] = acc["div"]
+                    stats["acceptance_rate"][j] = (acc["bounces"] / acc["proposals"]
+                                                   if acc["proposals"] else 1.0)
+                    acc = dict(steps=0, bounces=0, refreshes=0, proposals=0, violations=0,
+                               evals=0, div=False)
+            if not warm_done and t1 >= t_warm_end:
+                warm_done = True
+                rec.event(t_warm_end, x0 + (t_warm_end - t) * u0, u0, 0)
+                kernel.freeze()
+                t_warm_clock = time.perf_counter()
+                if not np.array_equal(kernel.velocity_w, line_u):
+                    # pSBPS: the frozen preconditioner changes u = A v from here on.
+                    rec.line(line_x, line_u, line_t, t1)
+                    line_x, line_u, line_t = (kernel.position.copy(),
+                                              kernel.velocity_w.copy(), t1)
+            if info.is_divergent:
+                n_bad += 1
+                if n_bad > _MAX_CONSECUTIVE_ERRORS:
+                    raise FloatingPointError(
+                        f"{type(self).__name__}: {n_bad} consecutive non-finite gradient "
+                        "estimates; the trajectory left the region where the model can be "
+                        "evaluated. Check the data for extreme values or use a tighter "
+                        "prior_scale.")
+            else:
+                n_bad = 0
+            in_sampling = t1 >= t_warm_end
+            if in_sampling:
+                n_eval_samp += info.n_obs_evaluated
+                acc["steps"] += 1
+                acc["evals"] += info.n_obs_evaluated
+                acc["proposals"] += int(info.proposed)
+                acc["bounces"] += int(info.event == bps.BOUNCE)
+                acc["refreshes"] += int(info.event == bps.REFRESH)
+                acc["violations"] += int(getattr(info, "violation", False))
+                acc["div"] |= bool(info.is_divergent)
+                totals["proposals"] += int(info.proposed)
+                totals["bounces"] += int(info.event == bps.BOUNCE)
+                totals["refreshes"] += int(info.event == bps.REFRESH)
+                totals["violations"] += int(getattr(info, "violation", False))
+                totals["observe"] += int(info.event == sbps.OBSERVE)
+                totals["numerical_errors"] += int(info.is_divergent)
+            else:
+                n_eval_warm += info.n_obs_evaluated
+            if info.event in (bps.BOUNCE, bps.REFRESH) or info.is_divergent:
+                rec.line(line_x, line_u, line_t, t1)
+                line_x, line_u, line_t = kernel.position.copy(), kernel.velocity_w.copy(), t1
+                rec.event(t1, line_x, line_u, int(info.event))
+            t = t1
+        # Overshoot of the last step: its evaluations are charged to the last draw.
+        if n_draws:
+            stats["n_obs_evaluated"][-1] += acc["evals"]
+        rec.line(line_x, line_u, line_t, t)
+        t_end_clock = time.perf_counter()
+        if t_warm_clock is None:
+            t_warm_clock = t_end_clock
+        mean, cov = rec.moments()
+        T = rec.total
+        extra = {
+            "continuous_mean": mean,
+            "continuous_cov": cov,
+            "trajectory_time": T,
+            "draw_interval": interval,
+            "refresh_rate": refresh,
+            "time_scale": tau,
+            "n_bounces": totals["bounces"],
+            "n_refreshes": totals["refreshes"],
+            "n_proposals": totals["proposals"],
+            "n_violations": totals["violations"],
+            "violation_rate": totals["violations"] / T if T > 0 else math.nan,
+            "violation_fraction": (totals["violations"] / totals["proposals"]
+                                   if totals["proposals"] else 0.0),
+            "n_numerical_errors": totals["numerical_errors"],
+            "events": rec.events(),
+        }
+        extra.update(kernel.extra())
+        if totals["observe"]:
+            extra["n_observations_only"] = totals["observe"]
+        precond = kernel.preconditioner
+        inv_metric = precond @ precond.T if precond.ndim == 2 else precond ** 2
+        return ChainResult(
+            draws=rec.draws, stats=stats, n_obs_evaluated_warmup=int(n_eval_warm),
+            n_obs_evaluated_sampling=int(n_eval_samp), n_divergent_warmup=0,
+            step_size=float(interval),
+            n_integration_steps=int(round(float(np.mean(stats["n_steps"])))) if n_draws else 0,
+            inverse_mass_matrix=inv_metric,
+            theta_star=np.asarray(expansion.theta_star),
+            subsample_size=int(kernel.subsample_size), n_refinements=0, extra=extra,
+            wall_time_warmup=t_warm_clock - t_clock, wall_time_sampling=t_end_clock - t_warm_clock)
+
+
+class _BPSKernel:
+    """Holds the BPS state for the driver."""
+
+    def __init__(self, config, posterior, prepared):
+        self.config = config
+        self.target = posterior.full_target()
+        self.B = prepared.curvature_bound
+        self.subsample_size = posterior.n_obs
+        self.preconditioner = np.ones(posterior.dim)
+
+    def setup(self, rng, expansion, refresh):
+        x, v = self.config._start(rng, expansion)
+        A = self.config._laplace_factor(expansion)
+        if A is not None:
+            self.preconditioner = A
+        self.state, self.n_obs_evaluated_init = bps.init(x, v, self.target)
+        self.params = bps.BPSParams(self.B, refresh, A)
+
+    @property
+    def position(self):
+        return self.state.position
+
+    @property
+    def velocity_w(self):
+        A = self.params.preconditioner
+        return self.state.velocity if A is None else A @ self.state.velocity
+
+    def step(self, rng):
+        self.state, info = bps.step(rng, self.state, self.target, self.params)
+        return info
+
+    def freeze(self):
+        pass
+
+    def extra(self):
+        return {}
+
+
+class _SBPSKernel:
+    """Holds the SBPS state, the pSBPS preconditioner and its warm-up adaptation."""
+
+    def __init__(self, config, posterior, prepared):
+        self.config = config
+        expansion = prepared.expansion
+        m = config._subsample_size(posterior.n_obs)
+        self.target = posterior.gradient_estimator(
+            m, expansion if config.control_variates else None)
+        self.subsample_size = m
+        self.H = np.asarray(expansion.neg_hessian, dtype=float)
+        self.preconditioner = np.ones(posterior.dim)
+        self.adapting = bool(config.preconditioned)
+        self._ema = None
+        self.n_preconditioner_updates = 0
+
+    def _params(self, refresh):
+        a = self.preconditioner
+        AHA = a.T @ self.H @ a if a.ndim == 2 else self.H * np.outer(a, a)
+        vals = np.linalg.eigvalsh(0.5 * (AHA + AHA.T))
+        mean = float(np.trace(AHA)) / len(a)
+        sd = (max(float(vals[-1]), 1e-300) if self.config.slope_prior_sd == "auto"
+              else float(self.config.slope_prior_sd))
+        return sbps.SBPSParams(float(self.config.confidence), refresh, mean, sd, a.copy())
+
+    def setup(self, rng, expansion, refresh):
+        x, v = self.config._start(rng, expansion)
+        A = self.config._laplace_factor(expansion)
+        if A is not None:
+            self.preconditioner = A
+        self.refresh = refresh
+        self.state = sbps.init(x, v)
+        self.params = self._params(refresh)
+        self.n_obs_evaluated_init = 0
+
+    @property
+    def position(self):
+        return self.state.position
+
+    @property
+    def velocity_w(self):
+        return sbps._apply(self.preconditioner, self.state.velocity)
+
+    def step(self, rng):
+        self.state, info = sbps.step(rng, self.state, self.target, self.params)
+        if self.adapting and len(info.potential_grads):
+            beta = PRECONDITIONER_DECAY
+            for g in info.potential_grads:
+                sq = g * g
+                self._ema = sq if self._ema is None else beta * self._ema + (1 - beta) * sq
+            if info.event in (bps.BOUNCE, bps.REFRESH):
+                # The direction changes here anyway: apply the new A (eq. 18) and
+                # let the next step observe G afresh along u = A v.
+                self._update_preconditioner()
+        return info
+
+    def _update_preconditioner(self):
+        inv = 1.0 / (np.sqrt(self._ema) + PRECONDITIONER_EPSILON)
+        self.preconditioner = inv / inv.mean()
+        self.params = self._params(self.refresh)
+        self.state = self.state._replace(regression=sbps._empty_regression(), noise_var=0.0,
+                                         n_observations=0, time=0.0)
+        self.n_preconditioner_updates += 1
+
+    def freeze(self):
+        if self.adapting and self._ema is not None:
+            self._update_preconditioner()
+        self.adapting = False
+
+    def extra(self):
+        out = {"subsample_size": self.subsample_size,
+               "confidence": float(self.config.confidence),
+               "slope_prior_mean": self.params.slope_prior_mean,
+               "slope_prior_sd": self.params.slope_prior_sd}
+        if self.config.preconditioned:
+            out["preconditioner"] = self.preconditioner.copy()
+            out["n_preconditioner_updates"] = self.n_preconditioner_updates
+        return out
+
+
+class BPS(_PDMPFamily):
+    """The bouncy particle sampler on the full data (exact).
+
+    Piecewise-linear trajectories with unit speed; bounces at the first
+    arrival of the Poisson process of rate ``[v^T grad U(x + t v)]_+``
+    (``U = -log pi``), simulated exactly by thinning with the bound
+    ``v^T grad U(x) + t v^T B v`` valid along the whole ray (``B`` bounds the
+    curvature of ``U``: ``1/4 X^T X + P`` for logistic regression, built in
+    one chunked pass); reflection eq. (4); velocity refreshment at
+    ``refresh_rate`` with velocities uniform on the sphere (kernel
+    :mod:`bayesian_subsample.samplers.bps`).  Every thinning proposal costs
+    one full-data gradient.
+
+    Parameters
+    ----------
+    metric : {"laplace", "identity"}, default="laplace"
+        ``"laplace"`` runs the process in ``z`` with ``x = theta* + A z``,
+        ``A A^T`` the Laplace covariance ``H^{-1}`` at theta* (``A = L^{-T}``,
+        ``H = L L^T``): a fixed linear map, so the sampler stays exact, and the
+        particle sees a nearly isotropic target.  ``"identity"`` is the plain
+        BPS of Algorithm 1, which mixes slowly along the posterior's long
+        axes.
+    refresh_rate : "auto" or float, default="auto"
+        Refreshment rate per unit trajectory time; ``"auto"`` is ``1 / T``
+        with ``T = sqrt(dim) tau``, ``tau`` the root-mean-square Laplace
+        posterior sd at theta* in the particle's coordinates (module
+        :mod:`bayesian_subsample.samplers._pdmp`).  0 disables
+        refreshment (not ergodic on Gaussian targets).
+    draw_interval : "auto" or float, default="auto"
+        Trajectory time between stored draws (``T`` by default).  Warm-up
+        runs for ``n_warmup`` such intervals.
+    max_stored_events : int, default=2000
+        Events (bounces and refreshments) after warm-up kept in
+        ``extra["events"]``; the counts cover all of them.
+    reference_fraction : float, default=0.01
+        Fraction of the data whose posterior mode is the first theta*.
+
+    Notes
+    -----
+    Output: draws on an equal-time grid, and in ``ChainResult.extra`` (the
+    estimators' ``sampler_info_``) the exact continuous-trajectory posterior
+    mean and covariance ``continuous_mean`` and ``continuous_cov`` (eq. 19),
+    the event list ``events``, ``n_bounces``, ``n_refreshes``,
+    ``n_proposals`` and the trajectory length.  Per-draw statistics:
+    ``acceptance_rate`` (accepted over proposed bounces in the interval; 1.0
+    when none was proposed), ``bounces``, ``refreshes``, ``proposals``,
+    ``violations`` (always 0 here: the bound is exact), ``n_steps`` (kernel
+    steps), ``n_obs_evaluated``; ``diverging`` is False unless a gradient was
+    not finite; ``energy``, ``energy_error`` and ``lp`` are NaN.
+
+    Only models whose log-likelihood has bounded curvature (logistic,
+    Gaussian) and Gaussian priors are supported; others raise ValueError.
+
+    References
+    ----------
+    Bouchard-Cote, A., Vollmer, S. J. and Doucet, A. (2018). The bouncy
+    particle sampler. JASA 113, 855-867.
+    Pakman, A., Gilboa, D., Carlson, D. and Paninski, L. (2017). Stochastic
+    bouncy particle sampler. ICML, Algorithm 1.
+
+    Examples
+    --------
+    >>> from bayesian_subsample import BPS, BayesianLogisticRegression
+    >>> from bayesian_subsample.datasets import make_higgs_like
+    >>> X, y, _ = make_higgs_like(n_samples=2000, n_features=3)
+    >>> clf = BayesianLogisticRegression(sampler=BPS(), n_chains=1, n_warmup=100,
+    ...                                  n_draws=200, random_state=0).fit(X, y)
+    ... # doctest: +SKIP
+    >>> clf.sampler_info_[0]["continuous_mean"]  # doctest: +SKIP
+    """
+
+    name = "bps"
+
+    def __init__(self, metric="laplace", refresh_rate="auto", draw_interval="auto",
+                 max_stored_events=2000, reference_fraction=0.01):
+        self.metric = metric
+        self.refresh_rate = refresh_rate
+        self.draw_interval = draw_interval
+        self.max_stored_events = max_stored_events
+        self.reference_fraction = reference_fraction
+
+    def validate(self, n_obs):
+        self._validate_common(n_obs)
+
+    def prepare(self, rng, posterior):
+        """theta* (subset mode, one full pass) and the curvature bound (one more pass)."""
+        self.validate(posterior.n_obs)
+        prepared = self._prepare_reference(rng, posterior)
+        B, cost = posterior.curvature_bound_matrix()
+        return _PDMPPrepared(prepared.expansion, prepared.n_obs_evaluated + cost, B)
+
+    def run_chain(self, rng, posterior, prepared, n_warmup, n_draws):
+        """One chain: warm-up trajectory, then ``n_draws`` grid draws."""
+        return self._drive(rng, posterior, prepared, n_warmup, n_draws,
+                           _BPSKernel(self, posterior, prepared))
+
+
+class SBPS(_PDMPFamily):
+    """The stochastic bouncy particle sampler (Pakman et al., 2017), optionally preconditioned.
+
+    BPS with minibatch gradients (eq. 7, rows drawn without replacement, a
+    fresh minibatch for every evaluation): bounce proposals come from the
+    piecewise-linear upper band of a local Bayesian linear regression of the
+    observed rates on the time since the last bounce (eqs. 9-13), inverted
+    exactly; a proposal is accepted with probability ``[G_hat]_+ / lambda``
+    on a fresh minibatch and reflects the velocity with the minibatch
+    gradient (kernel :mod:`bayesian_subsample.samplers.sbps`).  With
+    ``preconditioned=True`` (pSBPS, §5) the diagonal preconditioner of eqs.
+    (17)-(18) is adapted during warm-up and frozen afterwards.
+
+    SBPS is approximate: when ``[G_hat]_+ / lambda > 1`` the thinning bound
+    is violated, which biases the draws.  The violation rate (per unit
+    trajectory time, and per proposal) is reported as the bias diagnostic the
+    paper recommends (§4.1); raise ``confidence`` if it is high.
+
+    Parameters
+    ----------
+    subsample_size : "auto" or int, default="auto"
+        ``n``, rows per minibatch (at most the data size).  ``"auto"``:
+        ``min(N, max(100, min(10000, ceil(N / 100))))``.
+    confidence : float, default=3.0
+        ``k``, the multiple of the predictive sd in the proposal intensity
+        (eq. 13); the paper recommends 3 to 5.
+    preconditioned : bool, default=False
+        pSBPS: diagonal preconditioner ``A`` (eqs. 14-18) with ``beta = 0.99``
+        and ``epsilon = 1e-4``, adapted from the minibatch gradients during
+        warm-up and frozen at its end.
+    metric : {"identity", "laplace"}, default="identity"
+        A fixed preconditioner: ``"identity"`` (the paper's SBPS) or
+        ``"laplace"``, the Cholesky factor of the Laplace covariance at theta*
+        (as for :class:`BPS`); not combinable with ``preconditioned=True``.
+    refresh_rate : "auto" or float, default="auto"
+        Velocity refreshment rate; ``"auto"`` is ``0.1 / T`` (module
+        :mod:`bayesian_subsample.samplers._pdmp`); 0 disables it.
+    draw_interval : "auto" or float, default="auto"
+        Trajectory time between stored draws (``T`` by default).
+    control_variates : bool, default=False
+        False is the paper's plain minibatch gradient (eq. 7).  True uses the
+        second-order Taylor control variates around theta* (the same
+        estimator as SGLD and SG-HMC; twice the evaluations per row, much
+        less noise near theta* on tall data).
+    slope_prior_sd : "auto" or float, default="auto"
+        Prior sd ``sigma`` of the regression slope; ``"auto"`` is the largest
+        eigenvalue of ``A H A`` at theta*.
+    max_stored_events : int, default=2000
+        Events after warm-up kept in ``extra["events"]``.
+    reference_fraction : float, default=0.01
+        Fraction of the data whose posterior mode is the first theta*.
+
+    Notes
+    -----
+    Output as for :class:`BPS` (grid draws, ``continuous_mean``,
+    ``continuous_cov``, ``events``), plus ``n_violations``,
+    ``violation_rate`` (per unit trajectory time), ``violation_fraction``
+    (per proposal) and, for pSBPS, the frozen ``preconditioner`` in
+    ``ChainResult.extra``; the per-draw statistic ``violations`` counts them
+    in each draw interval.  ``acceptance_rate`` is the fraction of proposed
+    bounces accepted.
+
+    References
+    ----------
+    Pakman, A., Gilboa, D., Carlson, D. and Paninski, L. (2017). Stochastic
+    bouncy particle sampler. ICML, §3-5.
+
+    Examples
+    --------
+    >>> from bayesian_subsample import SBPS, BayesianLogisticRegression
+    >>> clf = BayesianLogisticRegression(sampler=SBPS(subsample_size=200))
+    >>> clf.sampler
+    SBPS(subsample_size=200)
+    """
+
+    name = "sbps"
+    _default_refresh_factor = 0.1
+
+    def __init__(self, subsample_size="auto", confidence=3.0, preconditioned=False,
+                 metric="identity", refresh_rate="auto", draw_interval="auto",
+                 control_variates=False, slope_prior_sd="auto", max_stored_events=2000,
+                 reference_fraction=0.01):
+        self.subsample_size = subsample_size
+        self.confidence = confidence
+        self.preconditioned = preconditioned
+        self.metric = metric
+        self.refresh_rate = refresh_rate
+        self.draw_interval = draw_interval
+        self.control_variates = control_variates
+        self.slope_prior_sd = slope_prior_sd
+        self.max_stored_events = max_stored_events
+        self.reference_fraction = reference_fraction
+
+    def validate(self, n_obs):
+        self._validate_common(n_obs)
+        if not (isinstance(self.subsample_size, str) and self.subsample_size == "auto"):
+            check_rows(self.subsample_size, "subsample_size", n_obs,
+                       "Use a smaller subsample_size or subsample_size='auto'.")
+        check_positive_float(self.confidence, "confidence")
+        for name in ("preconditioned", "control_variates"):
+            if not isinstance(getattr(self, name), (bool, np.bool_)):
+                raise ValueError(f"{name} must be True or False, got {getattr(self, name)!r}.")
+        if not (isinstance(self.slope_prior_sd, str) and self.slope_prior_sd == "auto"):
+            check_positive_float(self.slope_prior_sd, "slope_prior_sd")
+        if self.preconditioned and self.metric != "identity":
+            raise ValueError("preconditioned=True adapts a diagonal preconditioner (pSBPS); it "
+                             f"cannot be combined with metric={self.metric!r}. Use "
+                             "metric='identity' or preconditioned=False.")
+
+    def _subsample_size(self, n_obs):
+        if isinstance(self.subsample_size, str):
+            return int(min(n_obs, max(100, min(10_000, math.ceil(n_obs / 100)))))
+        return int(self.subsample_size)
+
+    def prepare(self, rng, posterior):
+        """theta* and the Hessian there (subset mode and one full pass)."""
+        self.validate(posterior.n_obs)
+        prepared = self._prepare_reference(rng, posterior)
+        return _PDMPPrepared(prepared.expansion, prepared.n_obs_evaluated, None)
+
+    def run_chain(self, rng, posterior, prepared, n_warmup, n_draws):
+        """One chain: warm-up trajectory (pSBPS adapts ``A``), then grid draws."""
+        return self._drive(rng, posterior, prepared, n_warmup, n_draws,
+                           _SBPSKernel(self, posterior, prepared))
+
+
+def pSBPS(**params):  # noqa: N802 - the paper's name
+    """The preconditioned SBPS: ``SBPS(preconditioned=True, **params)`` (§5).
+
+    Returns
+    -------
+    SBPS
+    """
+    return SBPS(preconditioned=True, **params)
