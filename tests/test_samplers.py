@@ -305,9 +305,9 @@ def test_naive_subsampling_fails_the_same_check(logistic_2d):
 
 
 def test_auto_subsample_size_shrinks_without_a_new_reference_point():
-    """A chain started far from theta* gets a large first m; at a refinement
+    """Draws spread far around theta* give a large first m; at a refinement
     point with draws close to theta* m is re-chosen smaller even when theta*
-    itself needs no refresh.  A fixed subsample_size is left alone."""
+    itself is not refreshed.  A fixed subsample_size is left alone."""
     from bayesian_subsample.samplers._hmc_family import _ECSAdapter
 
     post = make_logistic(n=50_000, d=3, seed=4)
@@ -316,9 +316,11 @@ def test_auto_subsample_size_shrinks_without_a_new_reference_point():
     sd = np.sqrt(np.diag(np.linalg.inv(expansion.neg_hessian)))
     rng = np.random.default_rng(0)
     near = mode + 0.5 * sd * rng.standard_normal((40, post.dim))
+    # A Laplace covariance 30^2 times too wide: the initial draws are far out.
+    wide = expansion._replace(neg_hessian=expansion.neg_hessian / 900.0)
     for size, shrinks in (("auto", True), (20_000, False)):
         adapter = _ECSAdapter(HMCECS(subsample_size=size, min_subsample_size=100), post)
-        state, _ = adapter.init(rng, mode + 30 * sd, expansion)
+        state, _ = adapter.init(rng, mode, wide)
         first = adapter.subsample_size
         state, _ = adapter.recentre(rng, state, expansion, near, refined=False, final=False)
         if shrinks:
