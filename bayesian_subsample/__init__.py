@@ -8,12 +8,17 @@ iteration.
 
 from ._version import __version__
 from .estimators import BayesianLogisticRegression
+from .estimators import BayesianLinearRegression, BayesianPoissonRegressor
+from .estimators import BayesianSplineClassifier
 from .samplers import BPS, HMC, HMCECS, SBPS, SGHMC, SGLD, AusterityMH, RandomWalkMH, pSBPS
 
 __all__ = [
     "AusterityMH",
+    "BayesianLinearRegression",
     "BayesianLogisticRegression",
     "BPS",
+    "BayesianPoissonRegressor",
+    "BayesianSplineClassifier",
     "HMC",
     "HMCECS",
     "RandomWalkMH",

@@ -7,6 +7,7 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
 from bayesian_subsample import HMC, HMCECS, BayesianLogisticRegression
+from bayesian_subsample import BayesianLinearRegression, BayesianPoissonRegressor
 
 _EXPECTED_FAILURES = {
     "check_sample_weight_equivalence_on_dense_data": (
@@ -29,6 +30,8 @@ def _expected_failed_checks(estimator):
         # Mini-batches of 5 rows: some check data sets have only ~20 rows.
         BayesianLogisticRegression(sampler=HMCECS(estimator="signed", batch_size=5),
                                    n_chains=2, n_warmup=40, n_draws=40, random_state=0),
+        BayesianPoissonRegressor(n_chains=2, n_warmup=40, n_draws=40, random_state=0),
+        BayesianLinearRegression(n_chains=2, n_warmup=40, n_draws=40, random_state=0),
     ],
     expected_failed_checks=_expected_failed_checks,
 )

@@ -1,5 +1,8 @@
 """Scikit-learn estimators whose ``fit`` runs MCMC (the only layer using sklearn/joblib)."""
 
 from ._logistic import BayesianLogisticRegression
+from ._regression import BayesianLinearRegression, BayesianPoissonRegressor
+from ._spline import BayesianSplineClassifier
 
-__all__ = ["BayesianLogisticRegression"]
+__all__ = ["BayesianLinearRegression", "BayesianLogisticRegression", "BayesianPoissonRegressor",
+           "BayesianSplineClassifier"]

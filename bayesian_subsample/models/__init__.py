@@ -1,12 +1,21 @@
 """Models: per-observation log-likelihood terms and priors (no sampling here)."""
 
-from ._glm import DEFAULT_CHUNK_SIZE, GLM, GaussianFamily, LogisticFamily
-from ._prior import GaussianPrior
+from ._glm import DEFAULT_CHUNK_SIZE, GLM, GaussianFamily, LogisticFamily, PoissonFamily
+from ._linear import LinearRegressionGLM, LinearRegressionPrior
+from ._basis import BasisGLM, BSplineBasis, spline_prior_precision
+from ._prior import GaussianPrecisionPrior, GaussianPrior
 
 __all__ = [
+    "BSplineBasis",
+    "BasisGLM",
     "DEFAULT_CHUNK_SIZE",
     "GLM",
     "GaussianFamily",
+    "GaussianPrecisionPrior",
     "GaussianPrior",
+    "LinearRegressionGLM",
+    "LinearRegressionPrior",
     "LogisticFamily",
+    "PoissonFamily",
+    "spline_prior_precision",
 ]
