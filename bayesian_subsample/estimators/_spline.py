@@ -423,8 +423,6 @@ class BayesianSplineClassifier(BayesianLogisticRegression):
         -------
         ax : matplotlib Axes
         """
-        import matplotlib.pyplot as plt
-
         check_is_fitted(self)
         X = validate_data(self, X, reset=False, dtype=[np.float64, np.float32])
         y = np.asarray(y)
@@ -432,6 +430,7 @@ class BayesianSplineClassifier(BayesianLogisticRegression):
             raise ValueError(f"y must have shape ({X.shape[0]},) to match X, got {y.shape}.")
         if isinstance(n_bins, bool) or not isinstance(n_bins, numbers.Integral) or n_bins < 1:
             raise ValueError(f"n_bins must be a positive integer, got {n_bins!r}.")
+        import matplotlib.pyplot as plt  # optional dependency, only needed here
         pd = self.partial_dependence(X, feature, grid=grid, quantiles=quantiles,
                                      max_rows=max_rows)
         x = np.asarray(X[:, pd.feature_index], dtype=np.float64)
