@@ -103,6 +103,30 @@ def test_austerity_mh_with_control_variates_matches_the_posterior(posterior):
     _assert_matches(np.stack([r.draws for r in results]), mean, sd)
 
 
+def test_control_variates_without_their_known_sum_fail_the_same_check(posterior):
+    """Negative control: testing the residuals but forgetting to move the
+    known population sum of the Taylor terms into the threshold."""
+    from types import SimpleNamespace
+
+    from bayesian_subsample.samplers._base import Prepared
+
+    from .test_samplers import _assert_matches
+
+    mean, sd = _logistic_quadrature(posterior)
+    cfg = AusterityMH(epsilon=0.05, batch_size=200)
+    ss = np.random.SeedSequence(9).spawn(5)
+    prep = cfg.prepare(np.random.default_rng(ss[0]), posterior)
+    ex = prep.expansion
+    broken = SimpleNamespace(theta_star=ex.theta_star, order=ex.order,
+                             neg_hessian=ex.neg_hessian,
+                             population_sum=lambda theta: (0.0, np.zeros_like(theta)))
+    prep = Prepared(broken, prep.n_obs_evaluated)
+    results = [cfg.run_chain(np.random.default_rng(s), posterior, prep, 500, 2500)
+               for s in ss[1:]]
+    with pytest.raises(AssertionError):
+        _assert_matches(np.stack([r.draws for r in results]), mean, sd)
+
+
 def test_austerity_mh_matches_the_posterior_with_a_fraction_of_the_data(posterior):
     """The paper's test on the plain differences (no control variates)."""
     mean, sd = _logistic_quadrature(posterior)

@@ -269,8 +269,9 @@ def test_bps_matches_quadrature_posterior(logistic_2d):
     assert all(r.extra["n_violations"] == 0 for r in results)
 
 
-@pytest.mark.parametrize("config", [SBPS(subsample_size=500), pSBPS(subsample_size=500)],
-                         ids=["sbps", "psbps"])
+@pytest.mark.parametrize("config", [SBPS(subsample_size=500), pSBPS(subsample_size=500),
+                                    SBPS(subsample_size=500, control_variates=True)],
+                         ids=["sbps", "psbps", "sbps_cv"])
 def test_sbps_within_the_issue_tolerances(logistic_2d, config):
     """Means within 0.3 posterior sd and sds within 30% of the exact posterior."""
     post, (mean, sd) = logistic_2d
@@ -283,7 +284,10 @@ def test_sbps_within_the_issue_tolerances(logistic_2d, config):
     assert np.all(np.abs(cmean - mean) < 0.3 * sd)
     assert np.all(np.abs(csd / sd - 1) < 0.3)
     for r in results:
-        assert 0 <= r.extra["violation_fraction"] < 0.05
+        # With control variates the noise variance is tiny and the local
+        # linear fit is the main error, so violations are frequent (about
+        # 17% of proposals here); the moments still pass.  Documented.
+        assert 0 <= r.extra["violation_fraction"] < (0.3 if config.control_variates else 0.05)
         assert np.isfinite(r.extra["violation_rate"])
         assert r.stats["n_obs_evaluated"].sum() == r.n_obs_evaluated_sampling
         assert r.subsample_size == 500
@@ -419,3 +423,38 @@ def test_sbps_with_control_variates_runs(logistic_2d):
     assert np.all(np.isfinite(res.extra["continuous_mean"]))
     # Two evaluations per minibatch row with control variates.
     assert res.n_obs_evaluated_sampling % 400 == 0
+
+
+def test_sbps_never_moves_onto_a_point_without_a_finite_gradient():
+    """A region where the estimate is NaN (e.g. overflow) is never entered:
+    the particle stays put, takes a fresh velocity and the step is counted as
+    divergent; it keeps moving afterwards instead of being trapped."""
+    from bayesian_subsample.samplers import sbps as sbps_kernel
+
+    class Obs:
+        def __init__(self, grad):
+            self.grad = grad
+
+        def variance_along(self, direction):
+            return 0.01
+
+    class NoisyGaussianWithAHole:
+        n_obs_per_eval = 10
+
+        def observe(self, position, rng):
+            if position[0] > 1.5:
+                return Obs(np.full(2, np.nan))
+            return Obs(-position + 0.1 * rng.standard_normal(2))
+
+    rng = np.random.default_rng(0)
+    params = sbps_kernel.SBPSParams(3.0, 0.5, 1.0, 1.0, np.ones(2))
+    state = sbps_kernel.init(np.zeros(2), np.array([1.0, 0.0]))
+    divergent, travelled, positions = 0, 0.0, []
+    for _ in range(3000):
+        state, info = sbps_kernel.step(rng, state, NoisyGaussianWithAHole(), params)
+        divergent += info.is_divergent
+        travelled += info.duration
+        positions.append(state.position[0])
+    assert divergent > 0
+    assert max(positions) <= 1.5
+    assert travelled > 100.0

@@ -1,8 +1,10 @@
-"""Bayesian Poisson and Gaussian linear regression sampled by HMC-ECS or any back end.
+"""Bayesian Poisson and Gaussian linear regression sampled by HMC-ECS and other back ends.
 
 Both models are GLMs in the sense of :mod:`bayesian_subsample.models._glm`, so
 the perturbed difference estimator with second-order Taylor control variates
-(Dang et al., 2019, eqs. 4.1-4.7) and every sampler apply unchanged; §6.8 of
+(Dang et al., 2019, eqs. 4.1-4.7) and every sampler apply unchanged, except
+the full-data bouncy particle sampler (``"bps"``), which needs a global bound
+on the curvature that neither model has; §6.8 of
 that paper names Poisson regression as such a model.  The linear model with
 unknown noise scale is sampled in its natural parameters
 ``(beta / sigma, 1 / sigma)``, in which its control variates are exact (see

@@ -198,8 +198,9 @@ class TallPosterior:
         precision = getattr(self.prior, "precision", None)
         if precision is None:
             raise ValueError(
-                "The prior has no constant precision, so the bouncy particle sampler cannot "
-                "bound its event rate. Use a GaussianPrior, sampler='sbps' or 'hmc'.")
+                "The prior has no constant precision (as for BayesianLinearRegression, whose "
+                "noise-scale term is not Gaussian), so the bouncy particle sampler cannot "
+                "bound its event rate. Use sampler='sbps' or 'hmc'.")
         model = self.model
         B = np.zeros((model.dim, model.dim))
         for start, stop in model.chunks():

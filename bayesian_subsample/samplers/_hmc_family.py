@@ -113,11 +113,14 @@ class _ECSAdapter:
         """An automatic ``m`` well above its floor asks for a new theta*.
 
         A large ``m`` means large differences ``d_k`` at the current draws,
-        i.e. theta* is not where the posterior is, even when the draws are
+        i.e. theta* may not be where the posterior is, even when the draws are
         within the noise-discounted distance of it (in many dimensions with
         rare events that distance can still cost tens of thousands of rows per
-        estimate); one full pass is cheaper than a single iteration at such
-        an ``m``.
+        estimate).  A refresh costs one pass of ``n`` rows at each of at most
+        five refinement points, while an ``m`` too large by ``Delta m`` costs
+        ``Delta m (L + 1)`` rows in every one of the remaining iterations, so
+        the refresh pays for itself over a normal run whenever it lowers ``m``
+        appreciably; when it does not, at most five passes are spent.
         """
         cfg = self.config
         return (cfg.subsample_size == "auto"

@@ -146,8 +146,17 @@ class SBPSInfo(NamedTuple):
     #: Minibatch estimates of ``grad U`` made in this step, shape (n, dim)
     #: (the pSBPS warm-up adapts ``A`` from them).
     potential_grads: np.ndarray
-    #: True if an estimate was not finite (state unchanged but the regression reset).
+    #: True if an estimate was not finite: the particle stays where it was (it
+    #: never moves onto such a point), takes a fresh velocity and resets the
+    #: regression; counted as a divergence.
     is_divergent: bool
+
+
+def _diverged(rng, x, slopes, cost, grads, kind):
+    """Stay at ``x`` with a fresh velocity after a non-finite estimate ahead."""
+    new = SBPSState(x, sample_velocity(rng, len(x)), 0.0, _empty_regression(), 0.0, 0, *slopes)
+    return new, SBPSInfo(0.0, kind, False, math.nan, False, cost,
+                         np.asarray(grads).reshape(-1, len(x)), True)
 
 
 def _empty_regression():
@@ -362,9 +371,21 @@ def step(rng, state, target, params):
     tau_b = t_prop - t_m
     slopes = (state.slope_sum, state.slope_count)
 
-    if tau_r <= min(tau_b, horizon):
-        new = SBPSState(x + tau_r * u, sample_velocity(rng, len(x)), 0.0, _empty_regression(),
-                        0.0, 0, *slopes)
+    # A refresh wins if it comes before the bounce proposal, or before the
+    # horizon when there is no proposal.
+    if tau_r <= (tau_b if math.isfinite(tau_b) else horizon):
+        # Observe at the refresh point with the new velocity (the observation
+        # the next step would start with), so that the particle never rests
+        # on a point whose estimate is not finite.
+        x_new, v_new = x + tau_r * u, sample_velocity(rng, len(x))
+        _, gU, G, c2 = _observe(rng, target, x_new, _apply(a, v_new))
+        cost += per_obs
+        if not (np.all(np.isfinite(gU)) and math.isfinite(c2)):
+            return _diverged(rng, x, slopes, cost, grads, REFRESH)
+        grads.append(gU)
+        c2 = _floor(c2, G)
+        new = SBPSState(x_new, v_new, 0.0, _add(_empty_regression(), 0.0, G, c2), c2, 1,
+                        *slopes)
         return new, SBPSInfo(tau_r, REFRESH, False, math.nan, False, cost,
                              np.asarray(grads).reshape(-1, len(x)), False)
 
@@ -374,9 +395,7 @@ def step(rng, state, target, params):
         _, gU, G, c2 = _observe(rng, target, x_new, u)
         cost += per_obs
         if not (np.all(np.isfinite(gU)) and math.isfinite(c2)):
-            new = SBPSState(x_new, v, 0.0, _empty_regression(), 0.0, 0, *slopes)
-            return new, SBPSInfo(horizon, OBSERVE, False, math.nan, False, cost,
-                                 np.asarray(grads).reshape(-1, len(x)), True)
+            return _diverged(rng, x, slopes, cost, grads, OBSERVE)
         grads.append(gU)
         c2 = _floor(c2, G)
         new = SBPSState(x_new, v, t_m + horizon, _add(reg, t_m + horizon, G, c2), c2,
@@ -388,9 +407,7 @@ def step(rng, state, target, params):
     obs, gU, G, c2 = _observe(rng, target, x_new, u)
     cost += per_obs
     if not (np.all(np.isfinite(gU)) and math.isfinite(c2)):
-        new = SBPSState(x_new, v, 0.0, _empty_regression(), 0.0, 0, *slopes)
-        return new, SBPSInfo(tau_b, REJECTED, True, math.nan, False, cost,
-                             np.asarray(grads).reshape(-1, len(x)), True)
+        return _diverged(rng, x, slopes, cost, grads, REJECTED)
     grads.append(gU)
     lam = piecewise_linear_value(times, values, tail, t_prop)
     ratio = max(G, 0.0) / lam if lam > 0.0 else math.inf
