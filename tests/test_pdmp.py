@@ -458,3 +458,18 @@ def test_sbps_never_moves_onto_a_point_without_a_finite_gradient():
     assert divergent > 0
     assert max(positions) <= 1.5
     assert travelled > 100.0
+
+
+def test_sbps_accepting_every_proposal_fails_the_same_check(logistic_2d, monkeypatch):
+    """Negative control for the tolerance test: reflecting at every proposed
+    time (no thinning by the minibatch rate) biases the means by about half a
+    posterior sd, outside the 0.3-sd tolerance (checked on seeds 0-2)."""
+    from bayesian_subsample.samplers import sbps as sbps_kernel
+
+    post, (mean, sd) = logistic_2d
+    monkeypatch.setattr(sbps_kernel, "piecewise_linear_value", lambda *args: 0.0)
+    results = _chains(SBPS(subsample_size=500), post, n_chains=2, n_warmup=100, n_draws=600,
+                      seed=0)
+    cmean = np.mean([r.extra["continuous_mean"] for r in results], 0)
+    csd = np.sqrt(np.mean([np.diag(r.extra["continuous_cov"]) for r in results], 0))
+    assert not (np.all(np.abs(cmean - mean) < 0.3 * sd) and np.all(np.abs(csd / sd - 1) < 0.3))
