@@ -33,7 +33,7 @@ from ..diagnostics import (
 from ..samplers import SAMPLERS, SamplerConfig
 
 __all__ = ["resolve_sampler", "seed_sequences", "run_chains", "check_positive_float",
-           "check_sample_weight", "SampledModelMixin"]
+           "check_sample_weight", "per_row_array", "SampledModelMixin"]
 
 
 def resolve_sampler(sampler, subsample_size=None):
@@ -120,17 +120,21 @@ def run_chains(config, posterior, random_state, n_chains, n_warmup, n_draws, n_j
     return prepared, list(results)
 
 
+def per_row_array(values, name, n_obs):
+    """``values`` as a float64 array of shape ``(n_obs,)`` (a scalar is broadcast)."""
+    v = np.asarray(values, dtype=np.float64)
+    if v.ndim == 0:
+        v = np.full(n_obs, float(v))
+    if v.shape != (n_obs,):
+        raise ValueError(f"{name} must have shape ({n_obs},) to match X, got {v.shape}.")
+    return v
+
+
 def check_sample_weight(sample_weight, n_obs):
     """Validate ``sample_weight``; return float64 array or None."""
     if sample_weight is None:
         return None
-    w = np.asarray(sample_weight, dtype=np.float64)
-    if w.ndim == 0:
-        w = np.full(n_obs, float(w))
-    if w.shape != (n_obs,):
-        raise ValueError(
-            f"sample_weight must have shape ({n_obs},) to match X, got {w.shape}."
-        )
+    w = per_row_array(sample_weight, "sample_weight", n_obs)
     if not np.all(np.isfinite(w)):
         raise ValueError("sample_weight contains NaN or infinity; pass finite weights.")
     if np.any(w < 0):

@@ -32,6 +32,7 @@ from ._base import (
     SampledModelMixin,
     check_positive_float,
     check_sample_weight,
+    per_row_array,
     resolve_sampler,
 )
 
@@ -360,11 +361,7 @@ class BayesianPoissonRegressor(_BayesianRegressorBase):
     def _check_exposure(exposure, n_obs):
         if exposure is None:
             return None
-        e = np.asarray(exposure, dtype=np.float64)
-        if e.ndim == 0:
-            e = np.full(n_obs, float(e))
-        if e.shape != (n_obs,):
-            raise ValueError(f"exposure must have shape ({n_obs},) to match X, got {e.shape}.")
+        e = per_row_array(exposure, "exposure", n_obs)
         if not np.all(np.isfinite(e)) or np.any(e <= 0):
             raise ValueError("exposure must be finite and > 0 for every row (it is the "
                              "time or size over which the counts were observed).")

@@ -131,15 +131,19 @@ class _GLMGradient:
     def _rows(self, idx):
         return self.model.rows(idx)
 
-    def grad_on(self, position, idx):
-        """The estimate for the given minibatch ``idx`` (deterministic)."""
+    def _estimate(self, position, idx):
+        """``(grad, Xr, r)``: the estimate on minibatch ``idx`` and its per-row terms."""
         position = np.asarray(position, dtype=np.float64)
         Xr, yr, wr = self._rows(idx)
         r = self._residuals(position, Xr, yr, wr)
         out = self._scale * self.model.backprop(Xr, r)
         out += self._population_term(position)
         out += self.prior.grad(position)
-        return out
+        return out, Xr, r
+
+    def grad_on(self, position, idx):
+        """The estimate for the given minibatch ``idx`` (deterministic)."""
+        return self._estimate(position, idx)[0]
 
     def grad(self, position, rng):
         """Unbiased estimate of ``grad log pi(position)`` from a fresh minibatch."""
@@ -153,12 +157,7 @@ class _GLMGradient:
         variance of ``u^T grad`` (eq. 10 of Pakman et al., 2017), for the
         stochastic bouncy particle sampler.  Costs the same as :meth:`grad_on`.
         """
-        position = np.asarray(position, dtype=np.float64)
-        Xr, yr, wr = self._rows(idx)
-        r = self._residuals(position, Xr, yr, wr)
-        grad = self._scale * self.model.backprop(Xr, r)
-        grad += self._population_term(position)
-        grad += self.prior.grad(position)
+        grad, Xr, r = self._estimate(position, idx)
         return MinibatchObservation(grad, self.model, Xr, r, self.n_obs)
 
     def observe(self, position, rng):

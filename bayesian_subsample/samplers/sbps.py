@@ -297,13 +297,18 @@ def piecewise_linear_arrival(times, values, tail_slope, exp_draw):
 
 
 def _observe(rng, target, position, direction):
-    """``(grad U_hat, G_hat, c^2)`` from a fresh minibatch along ``direction``."""
+    """``(obs, grad U_hat, G_hat, c^2)`` from a fresh minibatch along ``direction``.
+
+    ``c^2`` is floored (:func:`_floor`); None when the estimate is not finite.
+    """
     with np.errstate(over="ignore", invalid="ignore"):
         obs = target.observe(position, rng)
         gU = -np.asarray(obs.grad, dtype=np.float64)
         G = float(direction @ gU)
         c2 = obs.variance_along(direction)
-    return obs, gU, G, c2
+    if not (np.all(np.isfinite(gU)) and math.isfinite(c2)):
+        return None
+    return obs, gU, G, _floor(c2, G)
 
 
 def _floor(c2, G):
@@ -353,13 +358,13 @@ def step(rng, state, target, params):
     u = _apply(a, v)
     reg, c2_last, n_reg, t_m = state.regression, state.noise_var, state.n_observations, state.time
     if n_reg == 0:
-        _, gU, G, c2 = _observe(rng, target, x, u)
+        seen = _observe(rng, target, x, u)
         cost += per_obs
-        if not (np.all(np.isfinite(gU)) and math.isfinite(c2)):
+        if seen is None:
             return state, SBPSInfo(0.0, OBSERVE, False, math.nan, False, cost,
                                    np.empty((0, len(x))), True)
+        _, gU, G, c2_last = seen
         grads.append(gU)
-        c2_last = _floor(c2, G)
         reg, n_reg, t_m = _add(_empty_regression(), 0.0, G, c2_last), 1, 0.0
     mu = state.slope_sum / state.slope_count if state.slope_count else params.slope_prior_mean
     b0, b1, s00, s01, s11 = _fit(reg, mu, params.slope_prior_sd)
@@ -378,12 +383,12 @@ def step(rng, state, target, params):
         # the next step would start with), so that the particle never rests
         # on a point whose estimate is not finite.
         x_new, v_new = x + tau_r * u, sample_velocity(rng, len(x))
-        _, gU, G, c2 = _observe(rng, target, x_new, _apply(a, v_new))
+        seen = _observe(rng, target, x_new, _apply(a, v_new))
         cost += per_obs
-        if not (np.all(np.isfinite(gU)) and math.isfinite(c2)):
+        if seen is None:
             return _diverged(rng, x, slopes, cost, grads, REFRESH)
+        _, gU, G, c2 = seen
         grads.append(gU)
-        c2 = _floor(c2, G)
         new = SBPSState(x_new, v_new, 0.0, _add(_empty_regression(), 0.0, G, c2), c2, 1,
                         *slopes)
         return new, SBPSInfo(tau_r, REFRESH, False, math.nan, False, cost,
@@ -392,22 +397,23 @@ def step(rng, state, target, params):
     if not math.isfinite(tau_b):
         # No proposal before the horizon: move there and observe only.
         x_new = x + horizon * u
-        _, gU, G, c2 = _observe(rng, target, x_new, u)
+        seen = _observe(rng, target, x_new, u)
         cost += per_obs
-        if not (np.all(np.isfinite(gU)) and math.isfinite(c2)):
+        if seen is None:
             return _diverged(rng, x, slopes, cost, grads, OBSERVE)
+        _, gU, G, c2 = seen
         grads.append(gU)
-        c2 = _floor(c2, G)
         new = SBPSState(x_new, v, t_m + horizon, _add(reg, t_m + horizon, G, c2), c2,
                         n_reg + 1, *slopes)
         return new, SBPSInfo(horizon, OBSERVE, False, math.nan, False, cost,
                              np.asarray(grads), False)
 
     x_new = x + tau_b * u
-    obs, gU, G, c2 = _observe(rng, target, x_new, u)
+    seen = _observe(rng, target, x_new, u)
     cost += per_obs
-    if not (np.all(np.isfinite(gU)) and math.isfinite(c2)):
+    if seen is None:
         return _diverged(rng, x, slopes, cost, grads, REJECTED)
+    obs, gU, G, c2 = seen
     grads.append(gU)
     lam = piecewise_linear_value(times, values, tail, t_prop)
     ratio = max(G, 0.0) / lam if lam > 0.0 else math.inf
@@ -422,7 +428,6 @@ def step(rng, state, target, params):
                         c2_new, 1, state.slope_sum + b1, state.slope_count + 1)
         return new, SBPSInfo(tau_b, BOUNCE, True, ratio, violation, cost, np.asarray(grads),
                              False)
-    c2 = _floor(c2, G)
     new = SBPSState(x_new, v, t_prop, _add(reg, t_prop, G, c2), c2, n_reg + 1, *slopes)
     return new, SBPSInfo(tau_b, REJECTED, True, ratio, violation, cost, np.asarray(grads),
                          False)
