@@ -16,6 +16,8 @@ from ._base import (
     check_sample_weight,
     resolve_sampler,
 )
+from ._export import ArviZExportMixin
+from ._predictive import ClassifierPredictiveMixin
 
 __all__ = ["BayesianLogisticRegression"]
 
@@ -23,7 +25,8 @@ __all__ = ["BayesianLogisticRegression"]
 _PREDICT_BLOCK = 1 << 22
 
 
-class BayesianLogisticRegression(ClassifierMixin, SampledModelMixin, BaseEstimator):
+class BayesianLogisticRegression(ClassifierMixin, SampledModelMixin, ArviZExportMixin,
+                                 ClassifierPredictiveMixin, BaseEstimator):
     """Bayesian binary logistic regression fitted by MCMC on tall data.
 
     The model is ``y_k ~ Bernoulli(sigmoid(b + x_k^T w))`` with independent
@@ -293,7 +296,7 @@ class BayesianLogisticRegression(ClassifierMixin, SampledModelMixin, BaseEstimat
             lp0 = logsumexp(-np.logaddexp(0.0, eta), axis=1) - log_s
             yield sl, lp0, lp1
 
-    def predict_proba(self, X):
+    def predict_proba(self, X, return_std=False):
         """Posterior predictive class probabilities.
 
         The mean of ``sigmoid(b + x^T w)`` over all stored draws, computed in
@@ -301,13 +304,25 @@ class BayesianLogisticRegression(ClassifierMixin, SampledModelMixin, BaseEstimat
         (32 MB) at once.  For signed HMC-ECS it is the sign-weighted ratio
         estimator of eq. (5.3), clipped to [0, 1].
 
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+        return_std : bool, default=False
+            Also return the posterior standard deviation of each class
+            probability over the draws (its equal-tailed interval is
+            :meth:`predict_proba_interval`).
+
         Returns
         -------
-        ndarray of shape (n_samples, 2)
+        proba : ndarray of shape (n_samples, 2)
             Columns follow ``classes_``.
+        std : ndarray of shape (n_samples, 2)
+            Only when ``return_std`` is true.
         """
         check_is_fitted(self)
         X = validate_data(self, X, reset=False, dtype=[np.float64, np.float32])
+        if return_std:
+            return self._predict_proba_std(X)
         W = self.coef_draws_.reshape(-1, self.coef_draws_.shape[-1])
         b = self.intercept_draws_.reshape(-1)
         weights = self._draw_weights()
@@ -347,3 +362,46 @@ class BayesianLogisticRegression(ClassifierMixin, SampledModelMixin, BaseEstimat
         """Class with the larger posterior predictive probability."""
         check_is_fitted(self)
         return self.classes_[(self.decision_function(X) > 0).astype(int)]
+
+    # ------------------------------------------- export and predictive hooks
+    #: Name of the coefficient dimension in the ArviZ export.
+    _coef_dim = "feature"
+
+    def _validate_predict_X(self, X):
+        return validate_data(self, X, reset=False, dtype=[np.float64, np.float32])
+
+    def _export_posterior(self):
+        names = list(self._param_names_[1:] if self.fit_intercept else self._param_names_)
+        variables = {}
+        if self.fit_intercept:
+            variables["intercept"] = (self.intercept_draws_, ())
+        variables["coef"] = (self.coef_draws_, (self._coef_dim,))
+        return variables, {self._coef_dim: np.asarray(names, dtype=str)}
+
+    def _export_y(self, y):
+        y = np.asarray(y)
+        if y.ndim != 1:
+            y = y.ravel() if y.ndim == 2 and y.shape[1] == 1 else y
+        if y.ndim != 1:
+            raise ValueError(f"y must be 1-d, got shape {y.shape}.")
+        pos = np.searchsorted(self.classes_, y)
+        pos = np.clip(pos, 0, len(self.classes_) - 1)
+        unknown = self.classes_[pos] != y
+        if np.any(unknown):
+            raise ValueError(f"y contains labels {np.unique(y[unknown])[:5]!r} not seen in fit "
+                             f"(classes_ = {self.classes_!r}).")
+        return pos.astype(np.float64)
+
+    def _observed_values(self, y):
+        return y.astype(np.int8)
+
+    def _observed_attrs(self):
+        return {"classes": ", ".join(str(c) for c in self.classes_),
+                "positive_class": str(self.classes_[1])}
+
+    def _pointwise_log_likelihood(self, X, y, extra, draws):
+        """``log p(y_i | x_i, theta_s)``, shape (rows, draws): Bernoulli, logit link."""
+        eta = self._design_chunk(X) @ draws["coef"].T + draws["intercept"]
+        # log sigmoid(eta) = -softplus(-eta); log(1 - sigmoid(eta)) = -softplus(eta)
+        return -np.logaddexp(0.0, np.where(y[:, None] > 0.5, -eta, eta))
+

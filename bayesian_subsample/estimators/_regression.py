@@ -21,7 +21,7 @@ from __future__ import annotations
 import warnings
 
 import numpy as np
-from scipy.special import ndtr, ndtri, pdtr
+from scipy.special import gammaln, ndtr, ndtri, pdtr
 from sklearn.base import BaseEstimator, RegressorMixin
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils.validation import check_is_fitted, validate_data
@@ -35,6 +35,8 @@ from ._base import (
     per_row_array,
     resolve_sampler,
 )
+from ._export import ArviZExportMixin
+from ._predictive import RegressorPredictiveMixin
 
 __all__ = ["BayesianPoissonRegressor", "BayesianLinearRegression"]
 
@@ -158,7 +160,8 @@ def _poisson_mixture_quantile(p, rate, weights, mean, sd):
     return np.maximum(out, 0.0)
 
 
-class _BayesianRegressorBase(RegressorMixin, SampledModelMixin, BaseEstimator):
+class _BayesianRegressorBase(RegressorMixin, SampledModelMixin, ArviZExportMixin,
+                             RegressorPredictiveMixin, BaseEstimator):
     """Shared ``fit`` driver, draw storage and blocked prediction of the regressors.
 
     Subclasses define ``_build(X, y, sample_weight, **fit_kwargs)`` returning
@@ -245,6 +248,26 @@ class _BayesianRegressorBase(RegressorMixin, SampledModelMixin, BaseEstimator):
             lower[sl], upper[sl] = self._quantiles(eta, weights, extra, sl,
                                                    (0.5 * alpha, 1.0 - 0.5 * alpha))
         return lower, upper
+
+    # ------------------------------------------- export and predictive hooks
+    def _validate_predict_X(self, X):
+        return self._validated_X(X)
+
+    def _export_posterior(self):
+        names = self._feature_names(self.coef_draws_.shape[-1])
+        variables = {}
+        if self.fit_intercept:
+            variables["intercept"] = (self.intercept_draws_, ())
+        variables["coef"] = (self.coef_draws_, ("feature",))
+        if hasattr(self, "sigma_draws_"):
+            variables["sigma"] = (self.sigma_draws_, ())
+        return variables, {"feature": np.asarray(names, dtype=str)}
+
+    def _export_y(self, y):
+        y = super()._export_y(y)
+        if not np.all(np.isfinite(y)):
+            raise ValueError("y contains NaN or infinity.")
+        return y
 
 
 _COMMON_PARAMS_DOC = """\
@@ -474,6 +497,82 @@ class BayesianPoissonRegressor(_BayesianRegressorBase):
         X = self._validated_X(X)
         return self._predict_interval(X, alpha, self._check_exposure(exposure, X.shape[0]))
 
+    def sample_y(self, X, n_samples=1, random_state=None, exposure=None):
+        """Draw counts from the posterior predictive.
+
+        Column ``j`` picks one stored posterior draw ``theta_j`` at random and
+        draws every row's count from ``Poisson(e exp(b + x^T w))`` at
+        ``theta_j``: a joint draw over rows, as
+        :meth:`sklearn.gaussian_process.GaussianProcessRegressor.sample_y`.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples_X, n_features)
+        n_samples : int, default=1
+        random_state : int, RandomState, Generator or None, default=None
+        exposure : array-like of shape (n_samples_X,), default=None
+            Exposure of the rows (1 if None).
+
+        Returns
+        -------
+        ndarray of int64, shape (n_samples_X, n_samples)
+
+        Raises
+        ------
+        ValueError
+            For a signed HMC-ECS fit with negative signs (signed weights cannot
+            be resampled; :meth:`predict_interval` is sign-weighted).
+        """
+        X = self._validated_X(X)
+        return self._sample_y(X, n_samples, random_state,
+                              self._check_exposure(exposure, X.shape[0]))
+
+    def _sample_block(self, eta, idx, rng, extra):
+        with np.errstate(over="ignore"):
+            rate = np.exp(eta)
+        if extra is not None:
+            rate *= extra[:, None]
+        if not np.all(np.isfinite(rate)) or np.any(rate > 1e15):
+            raise ValueError("A posterior draw gives a Poisson mean above 1e15 (overflow of "
+                             "exp(b + x^T w)); check X for extreme values.")
+        return rng.poisson(rate).astype(np.int64)
+
+    _export_extra_name = "exposure"
+
+    def to_datatree(self, X=None, y=None, *, exposure=None, sample_weight=None, rows=None,
+                    thin=None, max_log_likelihood_size=None):
+        """The posterior, sampler statistics and pointwise log-likelihood as a DataTree.
+
+        As :meth:`BayesianLogisticRegression.to_datatree
+        <bayesian_subsample.BayesianLogisticRegression.to_datatree>`, with
+        ``exposure`` (of the rows of ``X``; 1 if None) and the Poisson
+        log-probability ``y log mu - mu - log y!``, ``mu = e exp(b + x^T w)``
+        in ``log_likelihood["y"]``; the exposure is stored in ``constant_data``.
+
+        Returns
+        -------
+        xarray.DataTree
+        """
+        return self._to_datatree(X, y, sample_weight, rows, thin, max_log_likelihood_size,
+                                 exposure)
+
+    def _check_export_extra(self, extra, n_obs):
+        return self._check_exposure(extra, n_obs)
+
+    def _export_y(self, y):
+        y = super()._export_y(y)
+        if np.any(y < 0):
+            raise ValueError("y must be non-negative counts.")
+        return y
+
+    def _pointwise_log_likelihood(self, X, y, extra, draws):
+        """``log Poisson(y_i | e_i exp(eta))``, shape (rows, draws)."""
+        eta = np.asarray(X, dtype=np.float64) @ draws["coef"].T + draws["intercept"]
+        if extra is not None:
+            eta += np.log(extra)[:, None]
+        with np.errstate(over="ignore"):
+            return y[:, None] * eta - np.exp(eta) - gammaln(y + 1.0)[:, None]
+
 
 class BayesianLinearRegression(_BayesianRegressorBase):
     __doc__ = """Bayesian linear regression with unknown noise scale fitted by MCMC.
@@ -654,3 +753,41 @@ class BayesianLinearRegression(_BayesianRegressorBase):
         """
         X = self._validated_X(X)
         return self._predict_interval(X, alpha, None)
+
+    def sample_y(self, X, n_samples=1, random_state=None):
+        """Draw responses from the posterior predictive.
+
+        Column ``j`` picks one stored posterior draw ``(b, w, sigma)_j`` at
+        random and draws every row from ``N(b + x^T w, sigma^2)`` at it: a
+        joint draw over rows, as
+        :meth:`sklearn.gaussian_process.GaussianProcessRegressor.sample_y`.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples_X, n_features)
+        n_samples : int, default=1
+        random_state : int, RandomState, Generator or None, default=None
+
+        Returns
+        -------
+        ndarray of shape (n_samples_X, n_samples)
+
+        Raises
+        ------
+        ValueError
+            For a signed HMC-ECS fit with negative signs (signed weights cannot
+            be resampled; :meth:`predict_interval` is sign-weighted).
+        """
+        X = self._validated_X(X)
+        return self._sample_y(X, n_samples, random_state, None)
+
+    def _sample_block(self, eta, idx, rng, extra):
+        sigma = self.sigma_draws_.reshape(-1)[idx]
+        return eta + sigma * rng.standard_normal(eta.shape)
+
+    def _pointwise_log_likelihood(self, X, y, extra, draws):
+        """``log N(y_i | b + x_i^T w, sigma^2)``, shape (rows, draws)."""
+        eta = np.asarray(X, dtype=np.float64) @ draws["coef"].T + draws["intercept"]
+        sigma = draws["sigma"]
+        z = (y[:, None] - eta) / sigma
+        return -0.5 * z * z - np.log(sigma) - 0.5 * np.log(2.0 * np.pi)

@@ -273,6 +273,9 @@ class BayesianSplineClassifier(BayesianLogisticRegression):
     def _design_chunk(self, X):
         return self.basis_.transform(X)
 
+    #: Name of the coefficient dimension in the ArviZ export.
+    _coef_dim = "basis_function"
+
     # ------------------------------------------------- partial dependence
     def _feature_index(self, feature):
         names = getattr(self, "feature_names_in_", None)

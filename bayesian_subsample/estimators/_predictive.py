@@ -1,0 +1,208 @@
+"""Posterior-predictive draws and the uncertainty of predicted probabilities.
+
+``sample_y(X, n_samples, random_state)`` follows
+:meth:`sklearn.gaussian_process.GaussianProcessRegressor.sample_y`: it
+returns an array of shape ``(n_rows, n_samples)`` whose column ``j`` is one
+draw from the joint posterior predictive of all rows: a posterior draw
+``theta_j`` is picked at random among the stored draws, then every row's
+response is drawn from ``p(y | x, theta_j)`` (labels for classifiers,
+counts for Poisson, real values for the Gaussian model).  Rows are handled
+in blocks, so ``rows x n_samples`` is never materialised beyond the output.
+
+Signed HMC-ECS stores draws with signs ``s_j`` whose expectation estimator
+is ``sum_j s_j f(theta_j) / sum_j s_j`` (Dang et al., 2019, eq. 5.3).
+Resampling the draws in proportion to weights is only possible when no
+weight is negative, so ``sample_y`` raises a ``ValueError`` for a signed fit
+with any negative sign and points to the deterministic, sign-weighted
+``predict`` / ``predict_interval`` / ``predict_proba_interval``.  (A
+signed fit whose signs are all positive has equal weights and samples
+exactly.)
+
+``predict_proba(X, return_std=True)`` and ``predict_proba_interval(X,
+alpha)`` describe the posterior of the class probability ``p(x, theta)``
+itself: its sd and equal-tailed ``1 - alpha`` interval over the draws
+(sign-weighted for signed HMC-ECS).  They are deterministic.
+"""
+
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+from scipy.special import expit
+from sklearn.utils import check_random_state
+from sklearn.utils.validation import check_is_fitted
+
+from ..diagnostics import weighted_quantile
+
+__all__ = ["ClassifierPredictiveMixin", "RegressorPredictiveMixin"]
+
+#: Size in floats of one (rows x draws) block.
+_BLOCK = 1 << 22
+
+
+def _rng(random_state):
+    if isinstance(random_state, np.random.Generator):
+        return random_state
+    return check_random_state(random_state)
+
+
+def _check_n_samples(n_samples):
+    if (isinstance(n_samples, bool) or not isinstance(n_samples, numbers.Integral)
+            or n_samples < 1):
+        raise ValueError(f"n_samples must be an integer >= 1, got {n_samples!r}.")
+    return int(n_samples)
+
+
+def _check_alpha(alpha):
+    try:
+        ok = not isinstance(alpha, bool) and 0 < float(alpha) < 1
+    except (TypeError, ValueError):
+        ok = False
+    if not ok:
+        raise ValueError(f"alpha must be a number strictly between 0 and 1, got {alpha!r}.")
+    return float(alpha)
+
+
+class _PredictiveBase:
+    def _predictive_draw_index(self, n_samples, rng):
+        """Indices (flat, chain-major) of ``n_samples`` posterior draws, one per sample."""
+        weights = self._draw_weights()
+        n = self.intercept_draws_.size
+        if weights is not None and np.any(weights < 0):
+            raise ValueError(
+                "sample_y cannot draw from the posterior predictive of a signed HMC-ECS fit: "
+                f"{int(np.sum(weights < 0))} of its {n} draws carry a negative sign, and "
+                "signed weights (eq. 5.3) cannot be resampled. Use the sign-weighted, "
+                "deterministic predict / predict_interval / predict_proba_interval, or fit "
+                "with sampler='hmc_ecs' (perturbed) or 'hmc'.")
+        return rng.choice(n, size=n_samples, replace=True, p=weights)
+
+    def _linear_predictor(self, X, idx):
+        """Linear predictor (rows, len(idx)) at the flat draw indices ``idx``."""
+        W = self.coef_draws_.reshape(-1, self.coef_draws_.shape[-1])[idx]
+        b = self.intercept_draws_.reshape(-1)[idx]
+        return self._design_chunk(X) @ W.T + b
+
+    def _design_chunk(self, X):
+        return np.asarray(X, dtype=np.float64)
+
+    def _sample_y(self, X, n_samples, random_state, extra):
+        n_samples = _check_n_samples(n_samples)
+        rng = _rng(random_state)
+        idx = self._predictive_draw_index(n_samples, rng)
+        out = None
+        rows = max(1, _BLOCK // n_samples)
+        for start in range(0, X.shape[0], rows):
+            sl = slice(start, min(start + rows, X.shape[0]))
+            eta = self._linear_predictor(X[sl], idx)
+            block = self._sample_block(eta, idx, rng, None if extra is None else extra[sl])
+            if out is None:
+                out = np.empty((X.shape[0], n_samples), dtype=block.dtype)
+            out[sl] = block
+        if out is None:
+            out = np.empty((0, n_samples))
+        return out
+
+
+class ClassifierPredictiveMixin(_PredictiveBase):
+    """``sample_y``, ``predict_proba_interval`` and the sd of ``predict_proba``."""
+
+    def sample_y(self, X, n_samples=1, random_state=None):
+        """Draw class labels from the posterior predictive.
+
+        Column ``j`` picks one stored posterior draw ``theta_j`` at random
+        and draws every row's label from ``Bernoulli(sigmoid(eta(x, theta_j)))``,
+        so a column is a joint draw over rows and the average of many
+        columns' indicator of ``classes_[1]`` tends to ``predict_proba[:, 1]``.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples_X, n_features)
+        n_samples : int, default=1
+            Number of draws per row.
+        random_state : int, RandomState, Generator or None, default=None
+            Seeds the choice of posterior draws and the label noise.
+
+        Returns
+        -------
+        ndarray of shape (n_samples_X, n_samples)
+            Labels from ``classes_``.
+
+        Raises
+        ------
+        ValueError
+            For a signed HMC-ECS fit with negative signs (see
+            :meth:`predict_proba_interval` for a sign-weighted alternative).
+        """
+        check_is_fitted(self)
+        X = self._validate_predict_X(X)
+        return self._sample_y(X, n_samples, random_state, None)
+
+    def _sample_block(self, eta, idx, rng, extra):
+        u = rng.random(eta.shape)
+        return self.classes_[(u < expit(eta)).astype(np.intp)]
+
+    def _proba_draw_blocks(self, X):
+        """Yield ``(slice, p1)`` with ``p1`` (rows, draws) of the positive class."""
+        n = self.intercept_draws_.size
+        rows = max(1, _BLOCK // n)
+        idx = np.arange(n)
+        for start in range(0, X.shape[0], rows):
+            sl = slice(start, min(start + rows, X.shape[0]))
+            yield sl, expit(self._linear_predictor(X[sl], idx))
+
+    def _predict_proba_std(self, X):
+        """(proba, std) of the class probabilities over the posterior draws."""
+        weights = self._draw_weights()
+        if weights is None:
+            weights = np.full(self.intercept_draws_.size, 1.0 / self.intercept_draws_.size)
+        mean = np.empty(X.shape[0])
+        sd = np.empty(X.shape[0])
+        for sl, p1 in self._proba_draw_blocks(X):
+            m = p1 @ weights
+            mean[sl] = np.clip(m, 0.0, 1.0)
+            sd[sl] = np.sqrt(np.maximum(((p1 - m[:, None]) ** 2) @ weights, 0.0))
+        proba = np.column_stack([1.0 - mean, mean])
+        return proba, np.column_stack([sd, sd])
+
+    def predict_proba_interval(self, X, alpha=0.1):
+        """Equal-tailed ``1 - alpha`` posterior interval of each class probability.
+
+        The ``alpha/2`` and ``1 - alpha/2`` quantiles over the stored draws of
+        ``p(class | x, theta)`` (linear interpolation, as ``numpy.quantile``;
+        sign-weighted quantiles for signed HMC-ECS, see
+        :func:`bayesian_subsample.diagnostics.weighted_quantile`).  This is the
+        uncertainty of the probability itself (epistemic), the analogue of the
+        regressors' ``predict_interval``; ``predict_proba(X, return_std=True)``
+        gives its posterior sd.  Deterministic, computed in row blocks.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+        alpha : float, default=0.1
+
+        Returns
+        -------
+        lower, upper : ndarray of shape (n_samples, 2)
+            Columns follow ``classes_``.
+        """
+        check_is_fitted(self)
+        alpha = _check_alpha(alpha)
+        X = self._validate_predict_X(X)
+        probs = (0.5 * alpha, 1.0 - 0.5 * alpha)
+        signs = self._signs()
+        lo = np.empty(X.shape[0])
+        hi = np.empty(X.shape[0])
+        shape = self.intercept_draws_.shape
+        for sl, p1 in self._proba_draw_blocks(X):
+            if signs is None:
+                q = np.quantile(p1, probs, axis=1)
+            else:
+                q = weighted_quantile(p1.T.reshape(shape + (p1.shape[0],)), signs, probs)
+            lo[sl], hi[sl] = np.clip(q[0], 0, 1), np.clip(q[1], 0, 1)
+        return np.column_stack([1.0 - hi, lo]), np.column_stack([1.0 - lo, hi])
+
+
+class RegressorPredictiveMixin(_PredictiveBase):
+    """``sample_y`` of the regressors (subclasses define ``_sample_block``)."""
