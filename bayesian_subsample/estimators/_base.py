@@ -88,7 +88,7 @@ def seed_sequences(random_state, n_children):
     return np.random.SeedSequence(entropy).spawn(n_children)
 
 
-def _run_one_chain(config, seed, posterior, prepared, n_warmup, n_draws):
+def _run_one_chain(config, seed, posterior, prepared, n_warmup, n_draws, progress=None):
     """Module-level chain task (picklable for every joblib backend).
 
     BLAS runs single-threaded inside a chain: the products are small (HMC-ECS)
@@ -97,13 +97,28 @@ def _run_one_chain(config, seed, posterior, prepared, n_warmup, n_draws):
     backend (joblib's process workers otherwise get fewer BLAS threads than
     the main process, which changes summation order).
     """
+    if progress is not None:
+        return _run_one_chain_with_progress(config, seed, posterior, prepared, n_warmup,
+                                            n_draws, progress)
     with threadpool_limits(limits=1, user_api="blas"):
         return config.run_chain(np.random.default_rng(seed), posterior, prepared, n_warmup,
                                 n_draws)
 
 
+def _run_one_chain_with_progress(config, seed, posterior, prepared, n_warmup, n_draws,
+                                 progress):
+    """:func:`_run_one_chain` with a live progress display (``progress=(chain, mode)``)."""
+    from ._progress import ChainProgress
+
+    chain, mode = progress
+    with ChainProgress(chain, n_warmup, n_draws, mode=mode) as callback, \
+            threadpool_limits(limits=1, user_api="blas"):
+        return config.run_chain(np.random.default_rng(seed), posterior, prepared, n_warmup,
+                                n_draws, callback=callback)
+
+
 def run_chains(config, posterior, random_state, n_chains, n_warmup, n_draws, n_jobs=None,
-               verbose=0):
+               verbose=0, progress_bar=False):
     """Prepare once, then run ``n_chains`` chains in parallel.
 
     Returns
@@ -113,9 +128,11 @@ def run_chains(config, posterior, random_state, n_chains, n_warmup, n_draws, n_j
     """
     seeds = seed_sequences(random_state, n_chains + 1)
     prepared = config.prepare(np.random.default_rng(seeds[0]), posterior)
+    mode = "text" if progress_bar == "text" else "auto"
     results = Parallel(n_jobs=n_jobs, verbose=max(0, int(verbose) - 1))(
-        delayed(_run_one_chain)(config, seed, posterior, prepared, n_warmup, n_draws)
-        for seed in seeds[1:]
+        delayed(_run_one_chain)(config, seed, posterior, prepared, n_warmup, n_draws,
+                                (chain, mode) if progress_bar else None)
+        for chain, seed in enumerate(seeds[1:])
     )
     return prepared, list(results)
 
@@ -177,6 +194,9 @@ class SampledModelMixin:
         if not (self.n_jobs is None or isinstance(self.n_jobs, numbers.Integral)):
             raise ValueError(f"n_jobs must be None or an integer, got {self.n_jobs!r}.")
         _check_int(self.verbose, "verbose", 0)
+        if getattr(self, "progress_bar", False) not in (True, False, "text"):
+            raise ValueError("progress_bar must be True, False or 'text', got "
+                             f"{self.progress_bar!r}.")
         rs = self.random_state
         if not (rs is None or isinstance(rs, (np.random.RandomState, np.random.Generator))
                 or (isinstance(rs, numbers.Integral) and not isinstance(rs, bool) and rs >= 0)):
@@ -191,6 +211,7 @@ class SampledModelMixin:
         prepared, results = run_chains(
             config, posterior, self.random_state, self.n_chains, self.n_warmup, self.n_draws,
             n_jobs=self.n_jobs, verbose=self.verbose,
+            progress_bar=getattr(self, "progress_bar", False),
         )
         draws = np.stack([r.draws for r in results])
         self.sample_stats_ = {

@@ -76,6 +76,12 @@ class BayesianLogisticRegression(ClassifierMixin, SampledModelMixin, ArviZExport
     verbose : int, default=0
         0 is silent; 1 prints a short report after fitting; 2 and more also
         let joblib report progress.
+    progress_bar : bool or "text", default=False
+        Show one live progress bar per chain on standard error (also from
+        joblib worker processes): warm-up or sampling, iterations per second,
+        divergences so far and the step size.  Uses tqdm when installed,
+        else (or with ``"text"``) a plain line per chain every 2 seconds.
+        Does not change the draws.
 
     Attributes
     ----------
@@ -156,7 +162,8 @@ class BayesianLogisticRegression(ClassifierMixin, SampledModelMixin, ArviZExport
 
     def __init__(self, sampler="hmc_ecs", prior_scale=10.0, intercept_prior_scale=10.0,
                  fit_intercept=True, n_chains=4, n_warmup=1000, n_draws=1000,
-                 subsample_size=None, n_jobs=None, random_state=None, verbose=0):
+                 subsample_size=None, n_jobs=None, random_state=None, verbose=0,
+                 progress_bar=False):
         self.sampler = sampler
         self.prior_scale = prior_scale
         self.intercept_prior_scale = intercept_prior_scale
@@ -168,6 +175,7 @@ class BayesianLogisticRegression(ClassifierMixin, SampledModelMixin, ArviZExport
         self.n_jobs = n_jobs
         self.random_state = random_state
         self.verbose = verbose
+        self.progress_bar = progress_bar
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()

@@ -294,6 +294,12 @@ _COMMON_PARAMS_DOC = """\
     random_state : int, RandomState, Generator or None, default=None
         Seeds everything; an int gives identical draws for any ``n_jobs``.
     verbose : int, default=0
+    progress_bar : bool or "text", default=False
+        Show one live progress bar per chain on standard error (also from
+        joblib worker processes): warm-up or sampling, iterations per second,
+        divergences so far and the step size.  Uses tqdm when installed,
+        else (or with ``"text"``) a plain line per chain every 2 seconds.
+        Does not change the draws.
 """
 
 _COMMON_ATTRIBUTES_DOC = """\
@@ -362,7 +368,8 @@ class BayesianPoissonRegressor(_BayesianRegressorBase):
 
     def __init__(self, sampler="hmc_ecs", prior_scale=10.0, intercept_prior_scale=10.0,
                  fit_intercept=True, n_chains=4, n_warmup=1000, n_draws=1000,
-                 subsample_size=None, n_jobs=None, random_state=None, verbose=0):
+                 subsample_size=None, n_jobs=None, random_state=None, verbose=0,
+                 progress_bar=False):
         self.sampler = sampler
         self.prior_scale = prior_scale
         self.intercept_prior_scale = intercept_prior_scale
@@ -374,6 +381,7 @@ class BayesianPoissonRegressor(_BayesianRegressorBase):
         self.n_jobs = n_jobs
         self.random_state = random_state
         self.verbose = verbose
+        self.progress_bar = progress_bar
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
@@ -634,7 +642,8 @@ class BayesianLinearRegression(_BayesianRegressorBase):
     def __init__(self, sampler="hmc_ecs", prior_scale=10.0, intercept_prior_scale=10.0,
                  fit_intercept=True, n_chains=4, n_warmup=1000, n_draws=1000,
                  subsample_size=None, n_jobs=None, random_state=None, verbose=0,
-                 noise_prior="half_normal", noise_prior_scale=10.0, noise_prior_df=3.0):
+                 noise_prior="half_normal", noise_prior_scale=10.0, noise_prior_df=3.0,
+                 progress_bar=False):
         self.sampler = sampler
         self.prior_scale = prior_scale
         self.intercept_prior_scale = intercept_prior_scale
@@ -649,6 +658,7 @@ class BayesianLinearRegression(_BayesianRegressorBase):
         self.noise_prior = noise_prior
         self.noise_prior_scale = noise_prior_scale
         self.noise_prior_df = noise_prior_df
+        self.progress_bar = progress_bar
 
     def fit(self, X, y, sample_weight=None):
         """Draw from the posterior given responses ``y``.

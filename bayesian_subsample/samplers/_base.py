@@ -108,8 +108,17 @@ class SamplerConfig(abc.ABC):
         """Work shared by all chains (returns a :class:`Prepared`)."""
 
     @abc.abstractmethod
-    def run_chain(self, rng, posterior, prepared, n_warmup, n_draws):
-        """Run one chain; returns a :class:`ChainResult`."""
+    def run_chain(self, rng, posterior, prepared, n_warmup, n_draws, callback=None):
+        """Run one chain; returns a :class:`ChainResult`.
+
+        ``callback``, if given, is called after every iteration as
+        ``callback(done, diverging, step_size)``: ``done`` iterations of
+        ``n_warmup + n_draws`` are finished (warm-up first), ``diverging``
+        tells whether this one diverged and ``step_size`` is the current step
+        size (the draw interval for piecewise-deterministic samplers).  It is
+        for progress display only: it must not touch the chain's state or
+        random generator, so the draws do not depend on it.
+        """
 
 
 def check_positive_int(value, name, minimum=1):

@@ -323,7 +323,7 @@ class _HMCFamily(SamplerConfig):
             return constant_times(L, K)
         return chebyshev_times(m, L, K, rng)
 
-    def _run(self, adapter, rng, posterior, prepared, n_warmup, n_draws):
+    def _run(self, adapter, rng, posterior, prepared, n_warmup, n_draws, callback=None):
         t_start = time.perf_counter()
         dense = self.mass_matrix == "dense"
         expansion = prepared.expansion
@@ -354,6 +354,8 @@ class _HMCFamily(SamplerConfig):
             if adapt:
                 da = dual_averaging_update(da, info.acceptance_rate, self.target_accept)
                 eps = math.exp(da.log_step_size)
+            if callback is not None:
+                callback(it + 1, info.is_divergent, eps)
             window.append(state.position)
             if it + 1 in schedule:
                 recent = np.asarray(window[len(window) // 2:])
@@ -415,6 +417,8 @@ class _HMCFamily(SamplerConfig):
                 stats["loglik_var"][it] = info.loglik_var
             if "sign" in stats:
                 stats["sign"][it] = info.sign
+            if callback is not None:
+                callback(n_warmup + it + 1, info.is_divergent, eps)
         t_end = time.perf_counter()
         return ChainResult(
             draws=draws, stats=stats, n_obs_evaluated_warmup=int(n_eval_warm),
@@ -497,9 +501,9 @@ class HMC(_HMCFamily):
     def validate(self, n_obs):
         self._validate_common(n_obs)
 
-    def run_chain(self, rng, posterior, prepared, n_warmup, n_draws):
+    def run_chain(self, rng, posterior, prepared, n_warmup, n_draws, callback=None):
         return self._run(_FullDataAdapter(posterior), rng, posterior, prepared, n_warmup,
-                         n_draws)
+                         n_draws, callback)
 
 
 class HMCECS(_HMCFamily):
@@ -622,9 +626,9 @@ integration_time, chebyshev_cycle
                        "Use a smaller subsample_size, subsample_size='auto', or the "
                        "full-data sampler='hmc'.")
 
-    def run_chain(self, rng, posterior, prepared, n_warmup, n_draws):
+    def run_chain(self, rng, posterior, prepared, n_warmup, n_draws, callback=None):
         if self.estimator == "signed":
             adapter = _SignedECSAdapter(self, posterior, bool(refinement_schedule(n_warmup)))
         else:
             adapter = _ECSAdapter(self, posterior)
-        return self._run(adapter, rng, posterior, prepared, n_warmup, n_draws)
+        return self._run(adapter, rng, posterior, prepared, n_warmup, n_draws, callback)

@@ -75,7 +75,7 @@ class _MHFamily(SamplerConfig):
         if not (isinstance(self.proposal_scale, str) and self.proposal_scale == "auto"):
             check_positive_float(self.proposal_scale, "proposal_scale")
 
-    def _run(self, rng, posterior, prepared, n_warmup, n_draws, transition):
+    def _run(self, rng, posterior, prepared, n_warmup, n_draws, transition, callback=None):
         t0 = time.perf_counter()
         ex = prepared.expansion
         metric = metric_from_mass_matrix(ex.neg_hessian, dense=True)
@@ -92,6 +92,8 @@ class _MHFamily(SamplerConfig):
             n_eval_warm += cost
             if adapt:
                 log_s += (float(accepted) - target_accept) / (it + 1) ** 0.6
+            if callback is not None:
+                callback(it + 1, False, math.exp(log_s))
         t1 = time.perf_counter()
         draws = np.empty((n_draws, d))
         stats = {k: np.zeros(n_draws, dtype=bool if k == "diverging" else float)
@@ -106,6 +108,8 @@ class _MHFamily(SamplerConfig):
             stats["n_steps"][it] = 1
             stats["n_obs_evaluated"][it] = cost
             stats["data_fraction"][it] = fraction
+            if callback is not None:
+                callback(n_warmup + it + 1, False, math.exp(log_s))
         for k in ("energy", "energy_error", "lp"):
             stats[k][:] = np.nan
         t2 = time.perf_counter()
@@ -160,7 +164,7 @@ class RandomWalkMH(_MHFamily):
         position = np.array(position, dtype=float)
         return _RWState(position, posterior.full_loglik(position) + posterior.logprior(position))
 
-    def run_chain(self, rng, posterior, prepared, n_warmup, n_draws):
+    def run_chain(self, rng, posterior, prepared, n_warmup, n_draws, callback=None):
         n = posterior.n_obs
 
         def transition(rng, state, scale, cov_chol):
@@ -171,7 +175,7 @@ class RandomWalkMH(_MHFamily):
                 return _RWState(proposal, new), True, n, 1.0
             return state, False, n, 1.0
 
-        return self._run(rng, posterior, prepared, n_warmup, n_draws, transition)
+        return self._run(rng, posterior, prepared, n_warmup, n_draws, transition, callback)
 
 
 class AusterityMH(_MHFamily):
@@ -282,7 +286,7 @@ class AusterityMH(_MHFamily):
     def _init_state(self, posterior, position):
         return austerity.init(position, posterior)
 
-    def run_chain(self, rng, posterior, prepared, n_warmup, n_draws):
+    def run_chain(self, rng, posterior, prepared, n_warmup, n_draws, callback=None):
         eps, m = float(self.epsilon), int(self.batch_size)
         cv = prepared.expansion if self.control_variates else None
         if self.proposal == "sgld":
@@ -304,4 +308,4 @@ class AusterityMH(_MHFamily):
                 new, info = austerity.step(rng, state, posterior, params)
                 return new, info.is_accepted, info.n_obs_evaluated, info.data_fraction
 
-        return self._run(rng, posterior, prepared, n_warmup, n_draws, transition)
+        return self._run(rng, posterior, prepared, n_warmup, n_draws, transition, callback)

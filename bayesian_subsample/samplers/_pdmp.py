@@ -234,7 +234,7 @@ class _PDMPFamily(SamplerConfig):
         position = expansion.theta_star + _laplace_offset(rng, metric)
         return position, bps.sample_velocity(rng, len(position))
 
-    def _drive(self, rng, posterior, prepared, n_warmup, n_draws, kernel):
+    def _drive(self, rng, posterior, prepared, n_warmup, n_draws, kernel, callback=None):
         """Run ``kernel`` (an object with ``step``/``velocity``/``position``) on the grid."""
         t_clock = time.perf_counter()
         expansion = prepared.expansion
@@ -325,6 +325,9 @@ class _PDMPFamily(SamplerConfig):
                 line_x, line_u, line_t = kernel.position.copy(), kernel.velocity_w.copy(), t1
                 rec.event(t1, line_x, line_u, int(info.event))
             t = t1
+            if callback is not None:
+                callback(n_warmup + rec.n_done if warm_done
+                         else min(int(t1 / interval), n_warmup), info.is_divergent, interval)
         # Overshoot of the last step: its evaluations are charged to the last draw.
         if n_draws:
             stats["n_obs_evaluated"][-1] += acc["evals"]
@@ -580,10 +583,10 @@ class BPS(_PDMPFamily):
         prepared = self._prepare_reference(rng, posterior)
         return _PDMPPrepared(prepared.expansion, prepared.n_obs_evaluated + cost, B)
 
-    def run_chain(self, rng, posterior, prepared, n_warmup, n_draws):
+    def run_chain(self, rng, posterior, prepared, n_warmup, n_draws, callback=None):
         """One chain: warm-up trajectory, then ``n_draws`` grid draws."""
         return self._drive(rng, posterior, prepared, n_warmup, n_draws,
-                           _BPSKernel(self, posterior, prepared))
+                           _BPSKernel(self, posterior, prepared), callback)
 
 
 class SBPS(_PDMPFamily):
@@ -713,10 +716,10 @@ class SBPS(_PDMPFamily):
         prepared = self._prepare_reference(rng, posterior)
         return _PDMPPrepared(prepared.expansion, prepared.n_obs_evaluated, None)
 
-    def run_chain(self, rng, posterior, prepared, n_warmup, n_draws):
+    def run_chain(self, rng, posterior, prepared, n_warmup, n_draws, callback=None):
         """One chain: warm-up trajectory (pSBPS adapts ``A``), then grid draws."""
         return self._drive(rng, posterior, prepared, n_warmup, n_draws,
-                           _SBPSKernel(self, posterior, prepared))
+                           _SBPSKernel(self, posterior, prepared), callback)
 
 
 def pSBPS(**params):  # noqa: N802 - the paper's name

@@ -255,7 +255,7 @@ class _SGFamily(SamplerConfig):
                 "larger subsample_size.", UserWarning, stacklevel=3)
 
     # -------------------------------------------------------------- driver
-    def run_chain(self, rng, posterior, prepared, n_warmup, n_draws):
+    def run_chain(self, rng, posterior, prepared, n_warmup, n_draws, callback=None):
         t_start = time.perf_counter()
         expansion = prepared.expansion
         metric = self._metric(expansion)
@@ -273,6 +273,8 @@ class _SGFamily(SamplerConfig):
             info = kernel.step(rng, estimator)
             n_eval_warm += info.n_obs_evaluated
             n_div_warm += int(info.is_divergent)
+            if callback is not None:
+                callback(it + 1, info.is_divergent, kernel.step_size)
             window.append(kernel.position)
             if it + 1 in schedule:
                 # As for HMC (see _hmc_family): refresh theta* and M (one full
@@ -314,6 +316,8 @@ class _SGFamily(SamplerConfig):
             stats["step_size"][it] = kernel.step_size
             stats["n_steps"][it] = info.n_steps
             stats["n_obs_evaluated"][it] = info.n_obs_evaluated
+            if callback is not None:
+                callback(n_warmup + it + 1, info.is_divergent, kernel.step_size)
         t_end = time.perf_counter()
         extra.update(getattr(self, "_bias_report", {}))
         return ChainResult(
