@@ -233,5 +233,7 @@ def test_loo_compare_and_plots_arviz1(well_and_misspecified):
     assert np.all(np.asarray(loo.pareto_k) < 0.7)
     cmp = az.compare({"full": dt_full, "missing_x1": dt_missing})
     assert cmp.index[0] == "full"
+    assert full.to_inference_data(X, y) is not None
+    az.plot_trace(dt_full, var_names=["coef"])
     az.plot_trace_dist(dt_full, var_names=["coef"])
     az.plot_rank(dt_full, var_names=["coef"])

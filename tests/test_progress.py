@@ -5,7 +5,6 @@ import subprocess
 import sys
 import textwrap
 import threading
-import time
 import warnings
 
 import numpy as np
@@ -23,31 +22,37 @@ SCRIPT = textwrap.dedent("""
     from bayesian_subsample import BayesianLogisticRegression
     from bayesian_subsample.datasets import make_higgs_like
 
-    sampler, n_iter, mode = sys.argv[1], int(sys.argv[2]), sys.argv[3]
-    X, y, _ = make_higgs_like(n_samples=20_000, n_features=3, random_state=0)
-    params = dict(sampler=sampler, n_chains=2, n_warmup=n_iter, n_draws=n_iter, n_jobs=2,
-                  random_state=0)
-    bar = True if mode == "auto" else mode
-    with_bar = BayesianLogisticRegression(progress_bar=bar, **params).fit(X, y)
-    sys.stderr.write("FIT-DONE\\n")
-    sys.stderr.flush()
-    without = BayesianLogisticRegression(**params).fit(X, y)
-    same = (np.array_equal(with_bar.coef_draws_, without.coef_draws_)
-            and np.array_equal(with_bar.intercept_draws_, without.intercept_draws_))
-    print("SAME" if same else "DIFFERENT")
+    X, y, _ = make_higgs_like(n_samples=10_000, n_features=3, random_state=0)
+    for spec in sys.argv[1:]:
+        sampler, n_iter = spec.split(":")
+        params = dict(sampler=sampler, n_chains=2, n_warmup=int(n_iter), n_draws=int(n_iter),
+                      n_jobs=2, random_state=0)
+        sys.stderr.write(f"FIT-START {sampler}\\n")
+        sys.stderr.flush()
+        with_bar = BayesianLogisticRegression(progress_bar=True, **params).fit(X, y)
+        sys.stderr.write("FIT-DONE\\n")
+        sys.stderr.flush()
+        without = BayesianLogisticRegression(**params).fit(X, y)
+        same = (np.array_equal(with_bar.coef_draws_, without.coef_draws_)
+                and np.array_equal(with_bar.intercept_draws_, without.intercept_draws_))
+        print(sampler, "SAME" if same else "DIFFERENT", flush=True)
 """)
 
+RUNS = {"hmc_ecs": 300, "hmc": 60, "sgld": 300, "sbps": 25}
 
-def _run(sampler, n_iter, mode):
-    """Run the script; return (stdout, stderr chunks read before FIT-DONE)."""
+
+@pytest.fixture(scope="module")
+def progress_runs():
+    """Run the script once for all samplers; per sampler, the stderr reads during its fit."""
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    proc = subprocess.Popen([sys.executable, "-c", SCRIPT, sampler, str(n_iter), mode],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=ROOT)
+    args = [f"{k}:{v}" for k, v in RUNS.items()]
+    proc = subprocess.Popen([sys.executable, "-c", SCRIPT, *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, env=env, cwd=ROOT)
     chunks = []
 
     def reader():
-        # Each read returns what arrived since the last one: separate reads
-        # before FIT-DONE mean the output came while the fit was running.
+        # Each read returns what arrived since the previous one: several reads
+        # between FIT-START and FIT-DONE mean output arrived while the fit ran.
         while True:
             data = os.read(proc.stderr.fileno(), 65536)
             if not data:
@@ -57,27 +62,30 @@ def _run(sampler, n_iter, mode):
     thread = threading.Thread(target=reader)
     thread.start()
     out = proc.stdout.read().decode()
-    proc.wait(timeout=600)
+    proc.wait(timeout=900)
     thread.join()
-    text = "".join(chunks)
-    assert proc.returncode == 0, text[-3000:]
-    before = []
+    assert proc.returncode == 0, "".join(chunks)[-3000:]
+    during, current = {}, None
     for chunk in chunks:
-        if "FIT-DONE" in chunk:
-            before.append(chunk.split("FIT-DONE")[0])
-            break
-        before.append(chunk)
-    return out, before
+        for piece in chunk.split("FIT-"):
+            if piece.startswith("START "):
+                current = piece.split()[1]
+                during[current] = []
+            elif piece.startswith("DONE"):
+                current = None
+            elif current is not None and piece:
+                during[current].append(piece)
+    same = dict(line.split() for line in out.strip().splitlines())
+    return during, same
 
 
-@pytest.mark.parametrize("sampler, n_iter", [("hmc_ecs", 400), ("hmc", 150), ("sgld", 400),
-                                             ("sbps", 60)])
-def test_progress_bar_in_worker_processes(sampler, n_iter):
-    out, before = _run(sampler, n_iter, "auto")
-    assert out.strip() == "SAME"
-    updates = [c for c in before if "chain" in c]
-    assert len(updates) >= 3, before  # repeated updates while the fit runs
-    text = "".join(before)
+@pytest.mark.parametrize("sampler", list(RUNS))
+def test_progress_bar_in_worker_processes(progress_runs, sampler):
+    during, same = progress_runs
+    assert same[sampler] == "SAME"
+    updates = [c for c in during[sampler] if "chain" in c]
+    assert len(updates) >= 3, during[sampler]  # repeated updates while the fit runs
+    text = "".join(during[sampler])
     assert "chain 0" in text and "chain 1" in text
     assert "warmup" in text and "sampling" in text
     assert "divergences=" in text and "step_size=" in text and "it/s" in text

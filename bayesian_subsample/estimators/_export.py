@@ -232,6 +232,6 @@ class ArviZExportMixin:
         import arviz as az
 
         tree = self.to_datatree(X, y, **kwargs)
-        if hasattr(az, "InferenceData") and hasattr(az, "from_datatree"):
-            return az.from_datatree(tree)
-        return tree
+        if int(az.__version__.split(".")[0]) >= 1:
+            return tree
+        return az.from_datatree(tree)
