@@ -38,10 +38,30 @@ setup(
         "threadpoolctl>=3.1",
     ],
     extras_require={
-        "test": ["pytest>=7"],
-        "doc": ["sphinx>=7", "numpydoc>=1.6"],
+        # Everything the optional code paths import, so that no test is
+        # skipped for a missing package: ArviZ 0.x on Python < 3.12 (its last
+        # series there), ArviZ 1.x (DataTree-native) from Python 3.12.
+        "test": [
+            "pytest>=7",
+            "hypothesis",
+            "pandas",
+            "matplotlib>=3.5",
+            "tqdm",
+            "xarray>=2024.10",
+            "arviz>=0.20,<1; python_version<'3.12'",
+            "arviz>=1.0; python_version>='3.12'",
+            "h5netcdf",
+            "netCDF4",
+            "zarr",
+        ],
+        "doc": ["sphinx>=7", "numpydoc>=1.6", "matplotlib>=3.5"],
         "plot": ["matplotlib>=3.5"],
-        "arviz": ["arviz", "xarray"],
+        "progress": ["tqdm"],
+        "arviz": [
+            "xarray>=2024.10",
+            "arviz>=0.20,<1; python_version<'3.12'",
+            "arviz>=1.0; python_version>='3.12'",
+        ],
     },
     entry_points={
         "console_scripts": ["bayesian-subsample=bayesian_subsample.__main__:main"],

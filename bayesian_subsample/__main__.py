@@ -1,16 +1,29 @@
-"""Command line: ``python -m bayesian_subsample demo [--n N]``."""
+"""Command line: ``bayesian-subsample demo [--n N]`` or ``python -m bayesian_subsample ...``."""
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+
+from ._version import __version__
+
+
+def _prog():
+    """The name the user typed: the console script, or ``python -m bayesian_subsample``."""
+    name = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else ""
+    if name in ("", "-c", "__main__.py") or name.endswith(".py"):
+        return "python -m bayesian_subsample"
+    return name
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(
-        prog="python -m bayesian_subsample",
+        prog=_prog(),
         description="Bayesian scikit-learn estimators for tall data.",
     )
+    parser.add_argument("--version", action="version",
+                        version=f"bayesian_subsample {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     demo = sub.add_parser(
         "demo", help="fit HMC-ECS and full-data HMC on HIGGS-like data and compare them")

@@ -15,7 +15,10 @@ Summary
 
 The convergence diagnostics reproduce ArviZ 0.x (``az.rhat(method="rank")``,
 ``az.ess(method="bulk" | "tail" | "mean")``, ``az.mcse(method="mean" |
-"sd")``) to floating-point rounding. This subpackage depends only on numpy
+"sd")``) to floating-point rounding, and ArviZ 1.x (arviz-stats) equally:
+its tail ESS is the same definition once called as ``az.ess(x,
+method="tail", prob=(0.05, 0.95))`` (the minimum ESS of the 5% and 95%
+quantile indicators); the test suite checks whichever is installed. This subpackage depends only on numpy
 and scipy and imports nothing else from :mod:`bayesian_subsample`.
 
 References
