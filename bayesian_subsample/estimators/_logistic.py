@@ -158,6 +158,9 @@ class BayesianLogisticRegression(ClassifierMixin, SampledModelMixin, ArviZExport
     ...                                  random_state=0).fit(X, y)
     >>> clf.predict_proba(X[:2]).shape
     (2, 2)
+    >>> lower, upper = clf.predict_proba_interval(X[:2], alpha=0.1)  # 90% band of p
+    >>> clf.sample_y(X[:2], n_samples=3, random_state=0).shape  # posterior predictive labels
+    (2, 3)
     """
 
     def __init__(self, sampler="hmc_ecs", prior_scale=10.0, intercept_prior_scale=10.0,

@@ -364,6 +364,8 @@ class BayesianPoissonRegressor(_BayesianRegressorBase):
     >>> reg = BayesianPoissonRegressor(n_chains=2, n_warmup=200, n_draws=200,
     ...                                random_state=0).fit(X, y)
     >>> lower, upper = reg.predict_interval(X[:3], alpha=0.1)
+    >>> reg.to_datatree(X, y)["log_likelihood"]["y"].shape  # for ArviZ: (chain, draw, row)
+    (2, 200, 5000)
     """
 
     def __init__(self, sampler="hmc_ecs", prior_scale=10.0, intercept_prior_scale=10.0,
@@ -634,9 +636,11 @@ class BayesianLinearRegression(_BayesianRegressorBase):
     >>> rng = np.random.default_rng(0)
     >>> X = rng.normal(size=(5000, 2))
     >>> y = 1.0 + X @ [2.0, -1.0] + 0.5 * rng.normal(size=5000)
-    >>> reg = BayesianLinearRegression(n_chains=2, n_warmup=200, n_draws=200,
+    >>> reg = BayesianLinearRegression(n_chains=2, n_warmup=500, n_draws=500,
     ...                                random_state=0).fit(X, y)
     >>> mean, sd = reg.predict(X[:3], return_std=True)
+    >>> reg.sample_y(X[:3], n_samples=4, random_state=0).shape  # posterior predictive
+    (3, 4)
     """
 
     def __init__(self, sampler="hmc_ecs", prior_scale=10.0, intercept_prior_scale=10.0,

@@ -175,8 +175,8 @@ class BayesianSplineClassifier(BayesianLogisticRegression):
     >>> from bayesian_subsample.datasets import make_bankruptcy_like
     >>> X, y, info = make_bankruptcy_like(n_samples=20_000, event_rate=0.05,
     ...                                   random_state=0)
-    >>> clf = BayesianSplineClassifier(n_chains=2, n_warmup=200, n_draws=200,
-    ...                                random_state=0).fit(X, y)
+    >>> clf = BayesianSplineClassifier(difference_prior_scale=1.0, n_chains=2,
+    ...                                n_warmup=500, n_draws=1000, random_state=0).fit(X, y)
     >>> clf.coef_.shape
     (1, 80)
     >>> pd = clf.partial_dependence(X, feature=0)
