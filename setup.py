@@ -54,7 +54,16 @@ setup(
             "netCDF4",
             "zarr",
         ],
-        "doc": ["sphinx>=7", "numpydoc>=1.6", "matplotlib>=3.5"],
+        "doc": [
+            "sphinx>=7",
+            "numpydoc>=1.6",
+            "sphinx-gallery>=0.15",
+            "matplotlib>=3.5",
+            "tqdm",
+            "xarray>=2024.10",
+            "arviz>=0.20,<1; python_version<'3.12'",
+            "arviz>=1.0; python_version>='3.12'",
+        ],
         "plot": ["matplotlib>=3.5"],
         "progress": ["tqdm"],
         "arviz": [

@@ -27,7 +27,19 @@ extensions = [
     "sphinx.ext.autosummary",
     "sphinx.ext.mathjax",
     "numpydoc",
+    "sphinx_gallery.gen_gallery",
 ]
+
+# -- sphinx-gallery: examples/gallery/plot_*.py run and render with figures ------
+sphinx_gallery_conf = {
+    "examples_dirs": os.path.join("..", "examples", "gallery"),
+    "gallery_dirs": "auto_examples",
+    "filename_pattern": r"[\\/]plot_",
+    "download_all_examples": False,
+    "within_subsection_order": "FileNameSortKey",
+    "show_memory": False,
+    "reset_modules": ("matplotlib",),
+}
 
 templates_path = ["_templates"]
 exclude_patterns = ["_build", "Thumbs.db", ".DS_Store"]

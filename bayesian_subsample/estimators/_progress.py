@@ -75,7 +75,7 @@ class ChainProgress:
         return False
 
     def _desc(self, done):
-        phase = "warmup" if done < self.n_warmup or (done == 0 and self.n_warmup) else "sampling"
+        phase = "warmup" if done < self.n_warmup else "sampling"
         return f"chain {self.chain} {phase}"
 
     def __call__(self, done, diverging, step_size):
