@@ -164,8 +164,8 @@ def test_round_trip(logistic_fit, tmp_path, engine):
     dt = clf.to_datatree(X, labels, rows=slice(0, 50))
     if engine == "zarr":
         path = tmp_path / "fit.zarr"
-        dt.to_zarr(path)
-        back = xr.open_datatree(path, engine="zarr")
+        dt.to_zarr(path, consolidated=False)
+        back = xr.open_datatree(path, engine="zarr", consolidated=False)
     else:
         path = tmp_path / "fit.nc"
         dt.to_netcdf(path, engine=engine)

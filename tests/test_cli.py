@@ -4,31 +4,33 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 import bayesian_subsample
+from bayesian_subsample.__main__ import main
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-ENV = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
 
 
-def _run(args):
-    return subprocess.run([sys.executable, *args], capture_output=True, text=True, env=ENV,
-                          cwd=ROOT, timeout=120)
-
-
-def test_module_version_and_usage():
-    out = _run(["-m", "bayesian_subsample", "--version"])
+def test_module_version():
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    out = subprocess.run([sys.executable, "-m", "bayesian_subsample", "--version"],
+                         capture_output=True, text=True, env=env, cwd=ROOT, timeout=120)
     assert out.returncode == 0
     assert out.stdout.strip() == f"bayesian_subsample {bayesian_subsample.__version__}"
-    usage = _run(["-m", "bayesian_subsample"])
-    assert usage.returncode == 2
-    assert usage.stderr.startswith("usage: python -m bayesian_subsample")
 
 
-def test_console_script_names_itself():
-    # What the installed console script does: argv[0] is its path.
-    code = ("import sys; sys.argv[0] = '/usr/local/bin/bayesian-subsample'; "
-            "from bayesian_subsample.__main__ import main; sys.exit(main(sys.argv[1:]))")
-    out = _run(["-c", code, "--version"])
-    assert out.returncode == 0 and bayesian_subsample.__version__ in out.stdout
-    usage = _run(["-c", code])
-    assert usage.stderr.startswith("usage: bayesian-subsample"), usage.stderr
+@pytest.mark.parametrize("argv0, prog", [
+    ("/usr/local/bin/bayesian-subsample", "bayesian-subsample"),   # the console script
+    ("/site-packages/bayesian_subsample/__main__.py", "python -m bayesian_subsample"),
+])
+def test_usage_names_the_program(monkeypatch, capsys, argv0, prog):
+    monkeypatch.setattr(sys, "argv", [argv0])
+    with pytest.raises(SystemExit) as exc:
+        main([])
+    assert exc.value.code == 2
+    assert capsys.readouterr().err.startswith(f"usage: {prog} ")
+    with pytest.raises(SystemExit) as exc:
+        main(["--version"])
+    assert exc.value.code == 0
+    assert bayesian_subsample.__version__ in capsys.readouterr().out

@@ -387,7 +387,8 @@ class BayesianLogisticRegression(ClassifierMixin, SampledModelMixin, ArviZExport
         if self.fit_intercept:
             variables["intercept"] = (self.intercept_draws_, ())
         variables["coef"] = (self.coef_draws_, (self._coef_dim,))
-        return variables, {self._coef_dim: np.asarray(names, dtype=str)}
+        # object (variable-length) strings: stable in netCDF and zarr v3 alike
+        return variables, {self._coef_dim: np.asarray(names, dtype=object)}
 
     def _export_y(self, y):
         y = np.asarray(y)
@@ -395,9 +396,12 @@ class BayesianLogisticRegression(ClassifierMixin, SampledModelMixin, ArviZExport
             y = y.ravel() if y.ndim == 2 and y.shape[1] == 1 else y
         if y.ndim != 1:
             raise ValueError(f"y must be 1-d, got shape {y.shape}.")
-        pos = np.searchsorted(self.classes_, y)
-        pos = np.clip(pos, 0, len(self.classes_) - 1)
-        unknown = self.classes_[pos] != y
+        try:
+            pos = np.clip(np.searchsorted(self.classes_, y), 0, len(self.classes_) - 1)
+            unknown = self.classes_[pos] != y
+        except TypeError:  # labels not comparable with classes_ (e.g. str vs int)
+            raise ValueError(f"y holds labels of another type than classes_ = "
+                             f"{self.classes_!r}.") from None
         if np.any(unknown):
             raise ValueError(f"y contains labels {np.unique(y[unknown])[:5]!r} not seen in fit "
                              f"(classes_ = {self.classes_!r}).")

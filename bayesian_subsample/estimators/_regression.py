@@ -261,7 +261,7 @@ class _BayesianRegressorBase(RegressorMixin, SampledModelMixin, ArviZExportMixin
         variables["coef"] = (self.coef_draws_, ("feature",))
         if hasattr(self, "sigma_draws_"):
             variables["sigma"] = (self.sigma_draws_, ())
-        return variables, {"feature": np.asarray(names, dtype=str)}
+        return variables, {"feature": np.asarray(names, dtype=object)}
 
     def _export_y(self, y):
         y = super()._export_y(y)
