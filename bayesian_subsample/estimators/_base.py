@@ -174,6 +174,12 @@ def check_positive_float(value, name):
         raise ValueError(f"{name} must be a finite number > 0, got {value!r}.")
 
 
+def _name_list(names, limit=5):
+    """``'a', 'b' and 3 more`` for a warning message."""
+    shown = ", ".join(repr(n) for n in names[:limit])
+    return shown + (f" and {len(names) - limit} more" if len(names) > limit else "")
+
+
 def _check_int(value, name, minimum):
     if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
         raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}.")
@@ -291,62 +297,125 @@ class SampledModelMixin:
         return weighted_mean(draws, signs)
 
     def _check_convergence(self, draws):
-        """Store ``convergence_`` and emit at most one ConvergenceWarning."""
+        """Store ``convergence_`` and emit at most one ConvergenceWarning.
+
+        Never raises on degenerate output: a chain that rejected every
+        proposal, a parameter that never moved, a single chain or a single
+        draw all give a fitted estimator and one warning that says what
+        happened (0% acceptance, constant chains, warm-up divergences, too few
+        draws for R-hat and ESS) and what to change.  Draws outside the
+        support (non-finite values) are an error raised before any of this
+        (:meth:`_check_draws`).
+        """
+        draws = np.asarray(draws, dtype=float)
+        self._check_draws(draws)
         n_chains, n_draws, _ = draws.shape
-        names = self._param_names_
-        if n_draws < 4:
-            self.convergence_ = {}
-            warnings.warn(
-                f"Only {n_draws} draws per chain: convergence cannot be assessed. "
-                "Increase n_draws.", ConvergenceWarning, stacklevel=3,
-            )
-            return
-        rhat = np.atleast_1d(split_rhat(draws))
-        bulk = np.atleast_1d(ess_bulk(draws))
-        tail = np.atleast_1d(ess_tail(draws))
-        ineff = np.atleast_1d(inefficiency_factor(draws))
-        evals_per_draw = self.evaluations_["sampling"] / (n_chains * n_draws)
-        signs = self.sample_stats_.get("sign")
-        tau = None if signs is None else float(np.mean(signs > 0))
-        ct = np.full(len(ineff), np.inf)
-        if tau is None or tau > 0.5:
-            ct = np.array([computational_time(f, evals_per_draw, tau) for f in ineff])
-        self.convergence_ = {
-            "r_hat": rhat, "ess_bulk": bulk, "ess_tail": tail,
-            "inefficiency_factor": ineff,
-            "computational_time": ct,
-            "n_divergent": self.n_divergent_,
-        }
-        problems = []
-        if tau is not None:
-            self.convergence_["tau"] = tau
-            if tau <= 0.5:
-                problems.append(
-                    f"only {tau:.1%} of the likelihood estimates are positive: the "
-                    "sign-corrected estimates (eq. 5.3) are undefined, so coef_, predictions "
-                    "and summary() use the unweighted draws, which target |L_hat| rather "
-                    "than the posterior (set HMCECS(n_products=...) larger, lengthen "
-                    "n_warmup, or use estimator='perturbed')"
-                )
-            elif tau < 0.9:
-                problems.append(
-                    f"only {tau:.1%} of the likelihood estimates are positive, so the "
-                    f"sign-weighted estimates have about {(2 * tau - 1) ** 2:.0%} of the "
-                    "precision of unsigned ones (set HMCECS(n_products=...) larger or use "
-                    "estimator='perturbed')"
-                )
-        worst = int(np.nanargmax(rhat))
-        if not np.isfinite(rhat[worst]) or rhat[worst] > 1.01:
-            problems.append(f"split R-hat of {names[worst]!r} is {rhat[worst]:.3f} (> 1.01)")
-        low = int(np.nanargmin(np.minimum(bulk, tail)))
-        min_ess = float(min(bulk[low], tail[low]))
-        if not min_ess >= 100 * n_chains:
+        names = list(self._param_names_)
+        problems = list(getattr(self, "_fit_problems", []))
+        self._fit_problems = []
+        stats = self.sample_stats_
+
+        # Acceptance: a chain that accepted (almost) nothing, or never moved, is
+        # the first thing to say.
+        acc = stats.get("acceptance_rate")
+        acc_chain = np.full(n_chains, np.nan)
+        if acc is not None:
+            acc = np.asarray(acc, dtype=float).reshape(n_chains, -1)
+            for c in range(n_chains):
+                finite = acc[c][np.isfinite(acc[c])]
+                if finite.size:
+                    acc_chain[c] = finite.mean()
+        frozen = np.all(np.ptp(draws, axis=1) == 0.0, axis=1) if n_draws > 1 \
+            else np.zeros(n_chains, dtype=bool)
+        dead = [c for c in range(n_chains) if acc_chain[c] < 0.005 or frozen[c]]
+        if dead:
+            which = "the chain" if n_chains == 1 else (
+                "every chain" if len(dead) == n_chains
+                else f"chain{'s' if len(dead) > 1 else ''} {', '.join(map(str, dead))}")
+            rates = ", ".join(f"{acc_chain[c]:.1%}" for c in dead if np.isfinite(acc_chain[c]))
             problems.append(
-                f"ESS of {names[low]!r} is {min_ess:.0f} (< 100 per chain, "
-                f"{100 * n_chains} in all)"
-            )
+                f"{which} accepted almost no proposal (acceptance rate "
+                f"{rates or '0%'}{'; its draws never moved' if all(frozen[dead]) else ''}): "
+                "the step size or proposal scale is far too large for this posterior "
+                "(leave step_size / proposal_scale to warm-up adaptation or make it "
+                "smaller, and check the scale of the data)")
+        # Parameters that never moved within any chain (ESS would count them as
+        # independent draws).
+        constant = np.all(np.ptp(draws, axis=1) == 0.0, axis=0) if n_draws > 1 \
+            else np.zeros(draws.shape[2], dtype=bool)
+        if constant.any() and not dead:
+            which = _name_list([names[j] for j in np.flatnonzero(constant)])
+            problems.append(f"{which} did not move in any chain")
+
+        self.convergence_ = {"n_divergent": self.n_divergent_,
+                             "n_divergent_warmup": self.n_divergent_warmup_}
+        if n_draws < 4:
+            problems.append(
+                f"only {n_draws} draw{'s' if n_draws != 1 else ''} per chain, too few to "
+                "assess convergence (split R-hat and ESS need at least 4)")
+        else:
+            with np.errstate(invalid="ignore", divide="ignore"):
+                rhat = np.atleast_1d(split_rhat(draws)).astype(float)
+                bulk = np.atleast_1d(ess_bulk(draws)).astype(float)
+                tail = np.atleast_1d(ess_tail(draws)).astype(float)
+                ineff = np.atleast_1d(inefficiency_factor(draws)).astype(float)
+            # A constant parameter has no effective draws (the formulas give n).
+            bulk[constant] = tail[constant] = np.nan
+            ineff[constant] = np.inf
+            evals_per_draw = self.evaluations_["sampling"] / (n_chains * n_draws)
+            signs = stats.get("sign")
+            tau = None if signs is None else float(np.mean(signs > 0))
+            ct = np.full(len(ineff), np.inf)
+            if tau is None or tau > 0.5:
+                ct = np.array([computational_time(f, evals_per_draw, tau)
+                               if np.isfinite(f) and f > 0 else np.inf for f in ineff])
+            self.convergence_.update({
+                "r_hat": rhat, "ess_bulk": bulk, "ess_tail": tail,
+                "inefficiency_factor": ineff, "computational_time": ct,
+            })
+            if tau is not None:
+                self.convergence_["tau"] = tau
+                if tau <= 0.5:
+                    problems.append(
+                        f"only {tau:.1%} of the likelihood estimates are positive: the "
+                        "sign-corrected estimates (eq. 5.3) are undefined, so coef_, "
+                        "predictions and summary() use the unweighted draws, which target "
+                        "|L_hat| rather than the posterior (set HMCECS(n_products=...) "
+                        "larger, lengthen n_warmup, or use estimator='perturbed')"
+                    )
+                elif tau < 0.9:
+                    problems.append(
+                        f"only {tau:.1%} of the likelihood estimates are positive, so the "
+                        f"sign-weighted estimates have about {(2 * tau - 1) ** 2:.0%} of the "
+                        "precision of unsigned ones (set HMCECS(n_products=...) larger or use "
+                        "estimator='perturbed')"
+                    )
+            moving = ~constant
+            if moving.any():
+                r = np.where(moving, rhat, -np.inf)
+                r = np.where(np.isnan(r), np.inf, r)  # undefined R-hat: report it
+                worst = int(np.argmax(r))
+                if not rhat[worst] <= 1.01:
+                    problems.append(
+                        f"split R-hat of {names[worst]!r} is {rhat[worst]:.3f} (> 1.01)"
+                        if np.isfinite(rhat[worst])
+                        else f"split R-hat of {names[worst]!r} is undefined")
+                ess = np.where(moving, np.fmin(bulk, tail), np.inf)
+                ess = np.where(np.isnan(ess), -np.inf, ess)
+                low = int(np.argmin(ess))
+                min_ess = float(np.fmin(bulk[low], tail[low]))
+                if not min_ess >= 100 * n_chains:
+                    problems.append(
+                        f"ESS of {names[low]!r} is {min_ess:.0f} (< 100 per chain, "
+                        f"{100 * n_chains} in all)")
         if self.n_divergent_:
             problems.append(f"{self.n_divergent_} divergent transitions after warm-up")
+        n_warm_total = n_chains * int(getattr(self, "n_warmup", 0) or 0)
+        if self.n_divergent_warmup_ and (problems or
+                                         self.n_divergent_warmup_ > 0.5 * n_warm_total):
+            problems.append(
+                f"{self.n_divergent_warmup_} divergent transitions during warm-up "
+                f"(of {n_warm_total} warm-up iterations)")
         if problems:
             warnings.warn(
                 "The chains may not have converged: " + "; ".join(problems) + ". "
@@ -355,6 +424,19 @@ class SampledModelMixin:
                 "larger subsample_size.",
                 ConvergenceWarning, stacklevel=3,
             )
+
+    def _check_draws(self, draws):
+        """Raise a ValueError naming the sampler and the fix if a draw is not finite."""
+        bad = ~np.isfinite(draws)
+        if bad.any():
+            names = list(self._param_names_)
+            cols = np.flatnonzero(bad.any(axis=(0, 1)))
+            raise ValueError(
+                f"The sampler {self.sampler_!r} returned {int(bad.sum())} non-finite "
+                f"draws (of {_name_list([names[j] for j in cols])}): the chain left the "
+                "region where the model can be evaluated, so these draws are not from the "
+                "posterior. Use a full-data sampler ('hmc') or a smaller step size, "
+                "standardise X and y, or set a tighter prior_scale.")
 
     def summary(self, quantiles=(0.05, 0.5, 0.95)):
         """Posterior summary of every parameter.

@@ -705,6 +705,7 @@ class BayesianLinearRegression(_BayesianRegressorBase):
 
     def _store_draws(self, draws):
         tau = draws[:, :, -1]
+        self._check_noise_support(tau)
         self.intercept_draws_, self.coef_draws_ = self._split_coefficients(
             draws[:, :, :-1] / tau[:, :, None])
         self.sigma_draws_ = 1.0 / tau
@@ -712,12 +713,30 @@ class BayesianLinearRegression(_BayesianRegressorBase):
         self._set_means()
         self.noise_scale_ = float(self._posterior_mean(self.sigma_draws_[:, :, None])[0])
         if self.noise_scale_ < 1e-6 * self._y_scale:
-            warnings.warn(
-                f"The posterior mean of sigma is {self.noise_scale_:.3g}, about zero on the "
+            # Reported in the one ConvergenceWarning of the fit.
+            self._fit_problems = [
+                f"the posterior mean of sigma is {self.noise_scale_:.3g}, about zero on the "
                 "scale of y: y looks like an exact linear function of X, for which the "
                 "posterior of sigma is improper (its density grows without bound as sigma "
-                "-> 0) and the chains cannot converge. Check for a target leaking into X.",
-                ConvergenceWarning, stacklevel=4)
+                "-> 0) and the chains cannot converge (check for a target leaking into X)"]
+
+    def _check_noise_support(self, tau):
+        """Every draw of ``tau = 1 / sigma`` must be finite and > 0 (sigma in its support).
+
+        Every sampler keeps ``tau > 0``: the log density is ``-inf`` at
+        ``tau <= 0``, so the MH and HMC samplers (HMC-ECS, signed or not,
+        included) reject such proposals, and SGLD, SG-HMC and the PDMP samplers
+        reject any move onto a point whose gradient is not finite.  A draw with
+        ``sigma <= 0`` would mean that contract broke: it is an error, never a
+        returned posterior.
+        """
+        bad = ~(np.isfinite(tau) & (tau > 0))
+        if bad.any():
+            raise ValueError(
+                f"The sampler {self.sampler_!r} returned {int(bad.sum())} draws with "
+                "sigma <= 0 or not finite, outside the support of the noise scale; these "
+                "are not posterior draws. Use sampler='hmc' (exact, full data) or "
+                "'hmc_ecs', a smaller step size, or standardise X and y.")
 
     def _all_draws(self):
         parts = ([self.intercept_draws_[:, :, None]] if self.fit_intercept else []) \

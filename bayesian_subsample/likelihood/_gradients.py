@@ -149,6 +149,15 @@ class _GLMGradient:
         """Unbiased estimate of ``grad log pi(position)`` from a fresh minibatch."""
         return self.grad_on(position, self.draw_indices(rng))
 
+    def in_support(self, position):
+        """Whether the prior density is positive at ``position`` (no data read).
+
+        False e.g. at ``tau = 1 / sigma <= 0`` for the linear regression;
+        samplers without an accept step reject a move onto such a point.
+        """
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            return bool(np.isfinite(self.prior.logdensity(np.asarray(position, float))))
+
     def observe_on(self, position, idx):
         """The estimate on minibatch ``idx`` with its per-row terms kept.
 

@@ -263,6 +263,11 @@ class _SGFamily(SamplerConfig):
         estimator = self._estimator(posterior, expansion)
         hess_metric = metric_from_mass_matrix(expansion.neg_hessian, True)
         position = expansion.theta_star + sgld.sample_inverse_metric(rng, hess_metric)
+        in_support = getattr(estimator, "in_support", None)
+        if in_support is not None and not in_support(position):
+            # A wide Laplace draw can leave the support (sigma <= 0): start at
+            # the mode instead, which every update then keeps inside it.
+            position = np.array(expansion.theta_star, dtype=float)
         kernel = self._make_kernel(rng, position, metric, eps)
 
         schedule = set(refinement_schedule(n_warmup))

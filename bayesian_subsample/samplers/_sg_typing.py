@@ -26,6 +26,9 @@ class GradientEstimator(Protocol):
     def grad(self, position: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         """An estimate from a fresh minibatch drawn with ``rng``."""
 
+    def in_support(self, position: np.ndarray) -> bool:
+        """Whether ``position`` lies in the support of the posterior (no data read)."""
+
     def covariance(self, position: np.ndarray, rng: np.random.Generator,
                    n_pilot: int = 2000) -> tuple[np.ndarray, int]:
         """Covariance ``V`` of :meth:`grad` at ``position`` and the evaluations spent."""

@@ -31,9 +31,11 @@ with learning rate ``eta = eps^2 M^{-1}``, momentum decay ``alpha = eps M^{-1}
 C`` and ``beta_hat = eps M^{-1} B_hat``; :func:`from_sgd_momentum` and
 :func:`to_sgd_momentum` convert between the two parameterisations (unit mass).
 
-A step whose gradient, position or momentum is not finite is a divergence:
-the transition is abandoned, the state at its start is returned and
-:class:`SGHMCInfo` flags it.
+A step whose gradient, position or momentum is not finite, or whose position
+lies outside the support of the target (e.g. ``sigma <= 0``; the estimator's
+``in_support``, no data read), is a divergence: the transition is *rejected*
+(abandoned), the state at its start is returned and :class:`SGHMCInfo` flags
+it, so no stored draw ever lies outside the support.
 """
 
 from __future__ import annotations
@@ -167,6 +169,7 @@ def step(rng, state, grad_estimator, params):
     theta = state.position
     r = sample_momentum(rng, metric) if params.resample_momentum else state.momentum
     per_eval = int(grad_estimator.n_obs_per_eval)
+    in_support = getattr(grad_estimator, "in_support", None)
     dim = len(theta)
     with np.errstate(over="ignore", invalid="ignore"):
         for i in range(params.n_integration_steps):
@@ -175,7 +178,8 @@ def step(rng, state, grad_estimator, params):
             g = grad_estimator.grad(theta, rng)          # fresh minibatch, new position
             r = (r + eps * g - eps * _apply(params.friction, v)
                  + _apply(params.noise_sqrt, rng.standard_normal(dim)))
-            if not (np.all(np.isfinite(theta)) and np.all(np.isfinite(r))):
+            if not (np.all(np.isfinite(theta)) and np.all(np.isfinite(r))
+                    and (in_support is None or in_support(theta))):
                 kin = 0.5 * float(state.momentum @ velocity(state.momentum, metric))
                 return state, SGHMCInfo(True, kin, i + 1, (i + 1) * per_eval)
     kin = 0.5 * float(r @ velocity(r, metric))

@@ -22,8 +22,13 @@ Gaussian target whose Hessian has eigenvalue ``lambda`` in the metric of
 (exact gradients; unstable for ``eps lambda >= 4``), and a gradient-noise
 covariance ``V`` adds about ``eps V / 4`` in the same units.
 
-A step that produces a non-finite gradient or position is a divergence: the
-state is left unchanged, and :class:`SGLDInfo` flags it.
+A step that produces a non-finite gradient or position, or a position outside
+the support of the target (e.g. ``sigma <= 0``, checked by the estimator's
+``in_support`` without reading data), is a divergence: the update is
+*rejected*, the state is left unchanged, and :class:`SGLDInfo` flags it.  The
+chain therefore never stores a draw outside the support; near a boundary this
+truncation adds to the discretisation bias (SG-HMC rejects the same way: its
+gradient at a point outside the support is not finite).
 """
 
 from __future__ import annotations
@@ -99,6 +104,7 @@ def step(rng, state, grad_estimator, params):
         noise = sample_inverse_metric(rng, params.metric)
         new = state.position + 0.5 * eps * velocity(grad, params.metric) + np.sqrt(eps) * noise
     cost = int(grad_estimator.n_obs_per_eval)
-    if not np.all(np.isfinite(new)):
+    in_support = getattr(grad_estimator, "in_support", None)
+    if not (np.all(np.isfinite(new)) and (in_support is None or in_support(new))):
         return state, SGLDInfo(True, cost)
     return SGLDState(new), SGLDInfo(False, cost)
