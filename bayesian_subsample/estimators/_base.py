@@ -13,6 +13,7 @@ to a cluster unchanged.
 from __future__ import annotations
 
 import numbers
+import threading
 import warnings
 
 import numpy as np
@@ -88,6 +89,44 @@ def seed_sequences(random_state, n_children):
     return np.random.SeedSequence(entropy).spawn(n_children)
 
 
+class _SingleThreadedBLAS:
+    """Process-wide "BLAS runs on one thread", reference-counted across threads.
+
+    ``threadpool_limits`` changes a process-wide setting and restores, on
+    exit, the value it saw on entry.  Entered and left by several chains at
+    once (joblib's threading backend, a dask worker with several threads) the
+    saved values interleave: a chain could run part of its math with the
+    caller's thread count (draws then differ in the last digits between runs)
+    and the last chain to leave could restore 1 instead of the caller's value.
+    Here the first chain of a process to enter sets the limit and the last to
+    leave restores the value from before the first, under a lock, so every
+    chain runs all of its math single-threaded and the process gets back its
+    own setting.  Process backends (loky, multiprocessing, dask worker
+    processes) each hold their own count.
+    """
+
+    _lock = threading.Lock()
+    _depth = 0
+    _limiter = None
+
+    def __enter__(self):
+        cls = type(self)
+        with cls._lock:
+            if cls._depth == 0:
+                cls._limiter = threadpool_limits(limits=1, user_api="blas")
+            cls._depth += 1
+        return self
+
+    def __exit__(self, *exc):
+        cls = type(self)
+        with cls._lock:
+            cls._depth -= 1
+            if cls._depth == 0:
+                limiter, cls._limiter = cls._limiter, None
+                limiter.restore_original_limits()
+        return False
+
+
 def _run_one_chain(config, seed, posterior, prepared, n_warmup, n_draws, progress=None):
     """Module-level chain task (picklable for every joblib backend).
 
@@ -95,12 +134,16 @@ def _run_one_chain(config, seed, posterior, prepared, n_warmup, n_draws, progres
     or already parallel across chains, and a fixed thread count makes the
     floating-point results, hence the draws, identical for any ``n_jobs`` and
     backend (joblib's process workers otherwise get fewer BLAS threads than
-    the main process, which changes summation order).
+    the main process, which changes summation order).  The limit is set and
+    restored by :class:`_SingleThreadedBLAS`, safe under concurrent chains in
+    one process: the threading backend gives the same draws as the process
+    backends, and the caller's BLAS thread count is the same after ``fit`` as
+    before.
     """
     if progress is not None:
         return _run_one_chain_with_progress(config, seed, posterior, prepared, n_warmup,
                                             n_draws, progress)
-    with threadpool_limits(limits=1, user_api="blas"):
+    with _SingleThreadedBLAS():
         return config.run_chain(np.random.default_rng(seed), posterior, prepared, n_warmup,
                                 n_draws)
 
@@ -112,7 +155,7 @@ def _run_one_chain_with_progress(config, seed, posterior, prepared, n_warmup, n_
 
     chain, mode = progress
     with ChainProgress(chain, n_warmup, n_draws, mode=mode) as callback, \
-            threadpool_limits(limits=1, user_api="blas"):
+            _SingleThreadedBLAS():
         return config.run_chain(np.random.default_rng(seed), posterior, prepared, n_warmup,
                                 n_draws, callback=callback)
 
@@ -129,11 +172,16 @@ def run_chains(config, posterior, random_state, n_chains, n_warmup, n_draws, n_j
     seeds = seed_sequences(random_state, n_chains + 1)
     prepared = config.prepare(np.random.default_rng(seeds[0]), posterior)
     mode = "text" if progress_bar == "text" else "auto"
-    results = Parallel(n_jobs=n_jobs, verbose=max(0, int(verbose) - 1))(
-        delayed(_run_one_chain)(config, seed, posterior, prepared, n_warmup, n_draws,
-                                (chain, mode) if progress_bar else None)
-        for chain, seed in enumerate(seeds[1:])
-    )
+    # Set once here for the chains that run in this process (sequential and
+    # threading backends): the workers' own _SingleThreadedBLAS then finds it
+    # set and changes nothing, so no thread ever toggles the process-wide
+    # limit; process workers set their own.
+    with _SingleThreadedBLAS():
+        results = Parallel(n_jobs=n_jobs, verbose=max(0, int(verbose) - 1))(
+            delayed(_run_one_chain)(config, seed, posterior, prepared, n_warmup, n_draws,
+                                    (chain, mode) if progress_bar else None)
+            for chain, seed in enumerate(seeds[1:])
+        )
     return prepared, list(results)
 
 
