@@ -473,3 +473,19 @@ def test_sbps_accepting_every_proposal_fails_the_same_check(logistic_2d, monkeyp
     cmean = np.mean([r.extra["continuous_mean"] for r in results], 0)
     csd = np.sqrt(np.mean([np.diag(r.extra["continuous_cov"]) for r in results], 0))
     assert not (np.all(np.abs(cmean - mean) < 0.3 * sd) and np.all(np.abs(csd / sd - 1) < 0.3))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", range(3, 11))
+def test_sbps_within_the_issue_tolerances_on_more_seeds(logistic_2d, seed):
+    """The tolerance test above on seeds 3-10 (it was only ever checked on 0-2);
+    its negative control is test_sbps_accepting_every_proposal_fails_the_same_check."""
+    post, (mean, sd) = logistic_2d
+    results = _chains(SBPS(subsample_size=500), post, n_chains=2, n_warmup=100, n_draws=600,
+                      seed=seed)
+    draws = np.stack([r.draws for r in results])
+    assert np.max(split_rhat(draws)) < 1.05
+    cmean = np.mean([r.extra["continuous_mean"] for r in results], 0)
+    csd = np.sqrt(np.mean([np.diag(r.extra["continuous_cov"]) for r in results], 0))
+    assert np.all(np.abs(cmean - mean) < 0.3 * sd)
+    assert np.all(np.abs(csd / sd - 1) < 0.3)

@@ -175,12 +175,22 @@ def _fit(regression, prior_mean, prior_sd):
     p = 1.0 / (prior_sd * prior_sd)
     l00, l01, l11 = sw, swt, swtt + p
     det = l00 * l11 - l01 * l01
-    if not det > 0.0:
+    if not (det > 0.0 and math.isfinite(det)):
         # Degenerate only through round-off; the prior alone bounds the slope.
         det, l01, l11 = l00 * p, 0.0, p
+        if not (det > 0.0 and math.isfinite(det)):
+            # Weights or prior precision at the edge of float64 (the driver keeps
+            # them finite and positive): no information beyond the prior mean.
+            return r0_over(regression), prior_mean, math.inf, 0.0, prior_sd * prior_sd
     s00, s01, s11 = l11 / det, -l01 / det, l00 / det
     r0, r1 = swG, swtG + prior_mean * p
     return s00 * r0 + s01 * r1, s01 * r0 + s11 * r1, s00, s01, s11
+
+
+def r0_over(regression):
+    """Weighted mean of the observed rates (``sum w G / sum w``, 0 without weight)."""
+    sw, _, _, swG, _ = regression
+    return swG / sw if sw > 0.0 and math.isfinite(swG / sw) else 0.0
 
 
 def fit_local_regression(regression, prior_mean, prior_sd):
@@ -308,7 +318,11 @@ def _observe(rng, target, position, direction):
         c2 = obs.variance_along(direction)
     if not (np.all(np.isfinite(gU)) and math.isfinite(c2)):
         return None
-    return obs, gU, G, _floor(c2, G)
+    c2 = _floor(c2, G)
+    if not (math.isfinite(c2) and 1.0 / c2 > 0.0):
+        # |G| so large that its floored variance overflows: no usable weight.
+        return None
+    return obs, gU, G, c2
 
 
 def _floor(c2, G):
