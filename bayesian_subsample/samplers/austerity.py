@@ -46,7 +46,8 @@ from __future__ import annotations
 from typing import NamedTuple
 
 import numpy as np
-from scipy.special import stdtr
+
+from ._sequential import IndexStream, sequential_mean_test
 
 __all__ = ["AusterityState", "AusterityInfo", "AusterityParams", "init", "step", "step_sgld",
            "sequential_test", "IndexStream"]
@@ -89,48 +90,6 @@ class AusterityInfo(NamedTuple):
     margin: float
 
 
-class IndexStream:
-    """Mini-batches of distinct indices of ``range(n)`` in a uniformly random order.
-
-    Rejection from uniform draws while fewer than half the indices are used
-    (the order of first appearances of i.i.d. uniform indices is a uniformly
-    random order, so this samples without replacement at O(batch) cost per
-    batch); past half, one permutation of the unused remainder is made and
-    consumed.  Equivalent to reading a fresh random permutation of the data,
-    lazily.  Membership is kept in a boolean mask of ``n`` bytes.
-    """
-
-    def __init__(self, rng, n):
-        self.rng = rng
-        self.n = int(n)
-        self.mask = np.zeros(self.n, dtype=bool)
-        self._rest = None
-        self._offset = 0
-        self.n_used = 0
-
-    def next(self, size):
-        """The next ``size`` indices (fewer when the data run out)."""
-        size = min(int(size), self.n - self.n_used)
-        if self._rest is None and self.n_used + size > self.n // 2:
-            self._rest = self.rng.permutation(np.flatnonzero(~self.mask))
-        if self._rest is not None:
-            out = self._rest[self._offset:self._offset + size]
-            self._offset += size
-        else:
-            parts, need = [], size
-            while need > 0:
-                cand = self.rng.integers(0, self.n, 2 * need + 8)
-                _, first = np.unique(cand, return_index=True)
-                cand = cand[np.sort(first)]
-                cand = cand[~self.mask[cand]][:need]
-                self.mask[cand] = True
-                parts.append(cand)
-                need -= len(cand)
-            out = np.concatenate(parts)
-        self.n_used += len(out)
-        return out
-
-
 def _rows_cost(n, params):
     """Evaluations for ``n`` rows: the likelihood at theta and theta' (each
     ``l_i``), plus the control-variate terms at theta* when used."""
@@ -146,6 +105,9 @@ def init(position, target):
 def sequential_test(rng, target, theta, proposal, mu0, batch_size, epsilon, expansion=None):
     """Decide ``mean_i l_i > mu0`` by the sequential t-test (Algorithm 1).
 
+    The test itself is :func:`._sequential.sequential_mean_test`, shared with
+    approximate Gibbs sampling (:mod:`.gibbs`).
+
     With a Taylor ``expansion`` the test runs on the control-variate residuals
     ``d_i = l_i - (q_i(theta') - q_i(theta))`` against the shifted threshold
     ``mu0 - (Q(theta') - Q(theta)) / N``, ``Q`` the known population sum of
@@ -159,28 +121,14 @@ def sequential_test(rng, target, theta, proposal, mu0, batch_size, epsilon, expa
     if expansion is not None:
         mu0 = mu0 - (expansion.population_sum(proposal)[0]
                      - expansion.population_sum(theta)[0]) / N
-    stream = IndexStream(rng, N)
-    total = total_sq = 0.0
-    n = 0
-    while True:
-        idx = stream.next(batch_size)
-        lik = (target.loglik_difference(proposal, theta, idx) if expansion is None
-               else target.loglik_difference(proposal, theta, idx, expansion))
-        total += float(lik.sum())
-        total_sq += float(lik @ lik)
-        n += len(idx)
-        lbar = total / n
-        if n >= N:
-            return bool(lbar > mu0), n, False, lbar - mu0
-        if n > 1:
-            var_l = max(total_sq - n * lbar * lbar, 0.0) / (n - 1)
-            s = np.sqrt(var_l / n) * np.sqrt(1.0 - (n - 1) / (N - 1))
-            if s == 0.0:
-                delta = 0.0 if lbar != mu0 else 1.0
-            else:
-                delta = float(stdtr(n - 1, -abs(lbar - mu0) / s))
-            if delta < epsilon:
-                return bool(lbar > mu0), n, True, lbar - mu0
+
+    def values(idx):
+        if expansion is None:
+            return target.loglik_difference(proposal, theta, idx)
+        return target.loglik_difference(proposal, theta, idx, expansion)
+
+    res = sequential_mean_test(rng, N, values, mu0, batch_size, epsilon)
+    return res.decision, res.n_used, res.stopped_early, res.margin
 
 
 def step(rng, state, target, params):
