@@ -10,6 +10,8 @@ from ._version import __version__
 from .estimators import BayesianLogisticRegression
 from .estimators import BayesianLinearRegression, BayesianPoissonRegressor
 from .estimators import BayesianSplineClassifier
+from .estimators import GibbsResult, GibbsSampler
+from .models import BinaryMRF
 from .samplers import BPS, HMC, HMCECS, SBPS, SGHMC, SGLD, AusterityMH, RandomWalkMH, pSBPS
 
 __all__ = [
@@ -19,6 +21,9 @@ __all__ = [
     "BPS",
     "BayesianPoissonRegressor",
     "BayesianSplineClassifier",
+    "BinaryMRF",
+    "GibbsResult",
+    "GibbsSampler",
     "HMC",
     "HMCECS",
     "RandomWalkMH",

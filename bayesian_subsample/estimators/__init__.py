@@ -1,8 +1,9 @@
 """Scikit-learn estimators whose ``fit`` runs MCMC (the only layer using sklearn/joblib)."""
 
+from ._gibbs import GibbsResult, GibbsSampler
 from ._logistic import BayesianLogisticRegression
 from ._regression import BayesianLinearRegression, BayesianPoissonRegressor
 from ._spline import BayesianSplineClassifier
 
 __all__ = ["BayesianLinearRegression", "BayesianLogisticRegression", "BayesianPoissonRegressor",
-           "BayesianSplineClassifier"]
+           "BayesianSplineClassifier", "GibbsResult", "GibbsSampler"]

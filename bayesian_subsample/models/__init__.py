@@ -1,13 +1,15 @@
-"""Models: per-observation log-likelihood terms and priors (no sampling here)."""
+"""Models: per-observation log-likelihood terms, priors and binary MRFs (no sampling here)."""
 
 from ._glm import DEFAULT_CHUNK_SIZE, GLM, GaussianFamily, LogisticFamily, PoissonFamily
 from ._linear import LinearRegressionGLM, LinearRegressionPrior
 from ._basis import BasisGLM, BSplineBasis, spline_prior_precision
+from ._mrf import BinaryMRF
 from ._prior import GaussianPrecisionPrior, GaussianPrior
 
 __all__ = [
     "BSplineBasis",
     "BasisGLM",
+    "BinaryMRF",
     "DEFAULT_CHUNK_SIZE",
     "GLM",
     "GaussianFamily",

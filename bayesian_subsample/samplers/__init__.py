@@ -1,7 +1,7 @@
 """Samplers: pure transition kernels, warm-up adaptation and configured samplers.
 
 Kernels (:mod:`.hmc`, :mod:`.hmc_ecs`, :mod:`.sgld`, :mod:`.sghmc`,
-:mod:`.austerity`, :mod:`.bps`, :mod:`.sbps`) are pure functions
+:mod:`.austerity`, :mod:`.bps`, :mod:`.sbps`, :mod:`.gibbs`) are pure functions
 ``step(rng, state, target, params) -> (state, info)`` written against small
 protocols (:mod:`._typing`); configured samplers (:class:`HMC`,
 :class:`HMCECS`, :class:`SGLD`, :class:`SGHMC`, :class:`RandomWalkMH`,
@@ -14,6 +14,7 @@ from . import (
     austerity,
     bps,
     chebyshev,
+    gibbs,
     hmc,
     hmc_ecs,
     integrators,
@@ -57,6 +58,7 @@ __all__ = [
     "austerity",
     "bps",
     "chebyshev",
+    "gibbs",
     "hmc",
     "hmc_ecs",
     "integrators",

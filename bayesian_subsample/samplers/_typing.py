@@ -117,3 +117,25 @@ class BouncyPosterior(TallPosterior, Protocol):
 
     def gradient_estimator(self, subsample_size: int,
                            expansion: Expansion | None = None) -> MinibatchObserver: ...
+
+
+class BinaryConditionals(Protocol):
+    """What a Gibbs sampler on ``{0, 1}^D`` asks of a model (austerity §5).
+
+    The log-odds of variable ``i`` given the others is an exactly-known
+    offset plus a sum over ``terms_per_variable[i]`` potential terms; the
+    approximate sampler subsamples the terms.
+    """
+
+    n_variables: int
+    #: ``N_i``, the number of terms in the log-odds of each variable.
+    terms_per_variable: np.ndarray
+
+    def term_log_odds(self, i: int, x: np.ndarray, idx: np.ndarray | None = None) -> np.ndarray:
+        """Per-term contributions to the log-odds of ``x_i`` at positions ``idx``."""
+
+    def log_odds_offset(self, i: int, x: np.ndarray) -> float:
+        """The part of the log-odds that is known exactly (never subsampled)."""
+
+    def conditional_log_odds(self, i: int, x: np.ndarray) -> float:
+        """``log P(x_i = 1 | x_-i) - log P(x_i = 0 | x_-i)``, all terms."""

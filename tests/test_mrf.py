@@ -1,0 +1,379 @@
+"""Binary MRFs and exact / approximate Gibbs sampling (austerity §5, §6.3)."""
+
+import numpy as np
+import pytest
+from scipy import integrate, stats
+
+from bayesian_subsample import BinaryMRF, GibbsSampler
+from bayesian_subsample.diagnostics import ess_bulk, mcse_mean, split_rhat
+from bayesian_subsample.estimators._gibbs import subset_distribution
+from bayesian_subsample.samplers import gibbs
+from bayesian_subsample.samplers._sequential import sequential_mean_test
+
+
+# --- the model ---------------------------------------------------------------------
+
+def _brute_log_odds(mrf, x, i):
+    x1, x0 = x.copy(), x.copy()
+    x1[i], x0[i] = 1, 0
+    lp = mrf.log_unnormalized(np.stack([x1, x0]))
+    return lp[0] - lp[1]
+
+
+def _models():
+    rng = np.random.default_rng(5)
+    W = rng.normal(0, 0.8, (7, 7))
+    W = np.triu(W, 1) + np.triu(W, 1).T
+    quads = np.array([[0, 3, 1, 5], [2, 4, 5, 1], [5, 0, 2, 3], [1, 2, 3, 4]])
+    return {
+        "triplet": BinaryMRF.random_triplet(8, 0.5, random_state=1),
+        "pairwise": BinaryMRF.pairwise(W, bias=rng.normal(0, 1, 7)),
+        "arity4": BinaryMRF(quads, rng.normal(0, 1, (4, 16)), bias=rng.normal(0, 1, 6)),
+    }
+
+
+@pytest.mark.parametrize("name", ["triplet", "pairwise", "arity4"])
+def test_log_odds_match_brute_force(name):
+    """L_i(x) from the per-variable term lists equals log P(x_i=1, .) - log P(x_i=0, .)
+    from the full potential tables, and any split of the terms adds up."""
+    mrf = _models()[name]
+    rng = np.random.default_rng(2)
+    for _ in range(20):
+        x = rng.integers(0, 2, mrf.n_variables).astype(np.int8)
+        for i in range(mrf.n_variables):
+            np.testing.assert_allclose(mrf.conditional_log_odds(i, x),
+                                       _brute_log_odds(mrf, x, i), rtol=1e-12, atol=1e-12)
+            N = mrf.terms_per_variable[i]
+            perm = rng.permutation(N)
+            parts = mrf.term_log_odds(i, x, perm[:N // 2]).sum() + \
+                mrf.term_log_odds(i, x, perm[N // 2:]).sum()
+            np.testing.assert_allclose(parts + mrf.bias[i], mrf.conditional_log_odds(i, x),
+                                       rtol=1e-12, atol=1e-12)
+
+
+def test_pairwise_model_is_the_ising_energy():
+    rng = np.random.default_rng(0)
+    W = rng.normal(0, 1, (5, 5))
+    W = np.triu(W, 1) + np.triu(W, 1).T
+    b = rng.normal(0, 1, 5)
+    mrf = BinaryMRF.pairwise(W, b)
+    X = rng.integers(0, 2, (30, 5))
+    expected = 0.5 * np.einsum("ni,ij,nj->n", X, W, X) + X @ b
+    np.testing.assert_allclose(mrf.log_unnormalized(X), expected, rtol=1e-12, atol=1e-12)
+
+
+def test_triplet_model_sizes_and_reproducibility():
+    mrf = BinaryMRF.random_triplet(100, random_state=0)
+    assert mrf.n_terms == 161700 and mrf.arity == 3
+    assert np.all(mrf.terms_per_variable == 4851)
+    assert mrf._nbr_cols[0].dtype == np.int16
+    again = BinaryMRF.random_triplet(100, random_state=0)
+    np.testing.assert_array_equal(mrf.log_potentials, again.log_potentials)
+    assert not np.array_equal(mrf.log_potentials,
+                              BinaryMRF.random_triplet(100, random_state=1).log_potentials)
+    assert abs(mrf.log_potentials.std() - 0.02) < 0.001  # sd 0.02 (see _mrf's docstring)
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    (dict(variables=[[0, 1.5]], log_potentials=np.zeros((1, 4))), "integer"),
+    (dict(variables=[[0, 0, 1]], log_potentials=np.zeros((1, 8))), "repeats a variable"),
+    (dict(variables=[[0, 1]], log_potentials=np.zeros((1, 3))), r"shape \(n_terms, 2\*\*arity\)"),
+    (dict(variables=[[0, 1]], log_potentials=[[0, 0, np.nan, 0]]), "NaN or infinity"),
+    (dict(variables=[[0, -1]], log_potentials=np.zeros((1, 4))), "negative"),
+    (dict(variables=[[0, 4]], log_potentials=np.zeros((1, 4)), n_variables=3), "n_variables=3"),
+    (dict(variables=[[0, 1]], log_potentials=np.zeros((1, 4)), bias=[0.0, 1.0, 2.0],
+          n_variables=2), "bias must have shape"),
+    (dict(variables=np.zeros((0, 2), dtype=int), log_potentials=np.zeros((0, 4))),
+     "at least one term"),
+])
+def test_bad_model_inputs_raise_clear_errors(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        BinaryMRF(**kwargs)
+
+
+def test_bad_constructor_inputs_raise_clear_errors():
+    with pytest.raises(ValueError, match="symmetric"):
+        BinaryMRF.pairwise([[0, 1], [2, 0]])
+    with pytest.raises(ValueError, match="zero diagonal"):
+        BinaryMRF.pairwise([[1, 1], [1, 0]])
+    with pytest.raises(ValueError, match=">= 3"):
+        BinaryMRF.random_triplet(2)
+    with pytest.raises(ValueError, match="log_potential_sd"):
+        BinaryMRF.random_triplet(5, log_potential_sd=-1)
+    with pytest.raises(ValueError, match="more than"):
+        BinaryMRF.random_triplet(23, random_state=0).exact_distribution()
+    with pytest.raises(ValueError, match="0 or 1"):
+        BinaryMRF.random_triplet(5, random_state=0).check_state([0, 1, 2, 0, 0])
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    (dict(method="fast"), "method must be one of"),
+    (dict(scan="sweep"), "scan must be one of"),
+    (dict(epsilon=0.5), r"epsilon must be a number in \[0, 0.5\)"),
+    (dict(epsilon=-0.1), "epsilon"),
+    (dict(batch_size=1), "batch_size must be an integer >= 2"),
+    (dict(n_chains=0), "n_chains"),
+    (dict(n_draws=2.5), "n_draws"),
+    (dict(initial_state=np.zeros(4)), "initial_state must have shape"),
+    (dict(initial_state=np.full(6, 2)), "0 or 1"),
+])
+def test_bad_sampler_inputs_raise_before_sampling(kwargs, match):
+    mrf = BinaryMRF.random_triplet(6, random_state=0)
+    with pytest.raises(ValueError, match=match):
+        GibbsSampler(**kwargs).sample(mrf)
+
+
+def test_sampler_rejects_a_non_mrf():
+    with pytest.raises(ValueError, match="needs a BinaryMRF"):
+        GibbsSampler().sample(np.zeros((3, 3)))
+
+
+# --- exact Gibbs against enumeration -------------------------------------------------
+
+def _small_model():
+    """D = 10 triplets plus fields (120 terms, 36 per variable; marginals 0.17-0.96)."""
+    full = BinaryMRF.random_triplet(10, 0.3, random_state=11)
+    bias = np.random.default_rng(12).normal(0, 0.5, 10)
+    return BinaryMRF(full.variables, full.log_potentials, bias=bias)
+
+
+def _exact_moments(mrf):
+    states, p = mrf.exact_distribution()
+    s = states.astype(float)
+    return p @ s, np.einsum("n,ni,nj->ij", p, s, s)
+
+
+def _moment_z_scores(draws, marg, joint):
+    """|estimate - exact| / MCSE for every marginal and pairwise joint P(x_i = x_j = 1)."""
+    x = draws.astype(float)
+    D = x.shape[-1]
+    iu = np.triu_indices(D, 1)
+    pairs = x[..., iu[0]] * x[..., iu[1]]
+    stats_ = np.concatenate([x, pairs], axis=-1)
+    exact = np.concatenate([marg, joint[iu]])
+    with np.errstate(divide="ignore", invalid="ignore"):  # a frozen variable has MCSE 0
+        z = np.abs(stats_.mean(axis=(0, 1)) - exact) / mcse_mean(stats_)
+    return z, np.max(split_rhat(stats_)), np.min(ess_bulk(stats_))
+
+
+@pytest.mark.parametrize("scan", ["systematic", "random"])
+def test_exact_gibbs_matches_enumeration(scan):
+    mrf = _small_model()
+    marg, joint = _exact_moments(mrf)
+    res = GibbsSampler(scan=scan, n_chains=4, n_warmup=50, n_draws=4000,
+                       random_state=3).sample(mrf)
+    assert res.draws.dtype == np.int8 and res.draws.shape == (4, 4000, 10)
+    assert res.terms_per_update == pytest.approx(36.0)
+    z, rhat, ess = _moment_z_scores(res.draws, marg, joint)
+    assert rhat < 1.01 and ess > 400  # the MCSEs are trustworthy
+    assert z.max() < 4, z.max()
+
+
+def test_gibbs_with_a_wrong_threshold_fails_the_same_check(monkeypatch):
+    """Negative control: comparing log(u) (an MH-style threshold) instead of
+    log(u / (1 - u)) with the log-odds samples the wrong distribution."""
+    monkeypatch.setattr(gibbs, "_logit", lambda u: np.log(u))
+    mrf = _small_model()
+    marg, joint = _exact_moments(mrf)
+    res = GibbsSampler(n_chains=4, n_warmup=50, n_draws=1000, random_state=3).sample(mrf)
+    z, _, _ = _moment_z_scores(res.draws, marg, joint)
+    assert np.nanmax(z) > 4
+
+
+def test_subset_distribution_matches_enumeration():
+    mrf = _small_model()
+    states, p = mrf.exact_distribution()
+    subset = [7, 2, 5]
+    codes = states[:, subset].astype(int) @ [4, 2, 1]
+    exact = np.bincount(codes, weights=p, minlength=8)
+    res = GibbsSampler(n_chains=2, n_warmup=50, n_draws=1500, random_state=4).sample(mrf)
+    emp = res.subset_distribution(subset)
+    assert emp.sum() == pytest.approx(1.0)
+    assert np.abs(emp - exact).sum() < 0.1
+    np.testing.assert_array_equal(emp, subset_distribution(res.draws, subset))
+
+
+# --- approximate Gibbs: epsilon = 0 is exact ----------------------------------------
+
+@pytest.mark.parametrize("scan", ["systematic", "random"])
+def test_epsilon_zero_makes_the_exact_decisions(scan):
+    """With the same generator state, one scan of the approximate kernel at
+    epsilon = 0 (reading all terms in random mini-batches) makes exactly the
+    exact kernel's decisions, scan after scan; epsilon = 0.3 (negative
+    control) does not."""
+    mrf = _small_model()
+    exact = gibbs.GibbsParams("exact", scan)
+    approx = {e: gibbs.GibbsParams("approximate", scan, e, 5) for e in (0.0, 0.3)}
+    differs = {0.0: 0, 0.3: 0}
+    for eps, params in approx.items():
+        state = gibbs.init(np.zeros(10))
+        for t in range(300):
+            s_exact, _ = gibbs.step(np.random.default_rng([9, t]), state, mrf, exact)
+            s_approx, info = gibbs.step(np.random.default_rng([9, t]), state, mrf, params)
+            differs[eps] += not np.array_equal(s_exact.x, s_approx.x)
+            if eps == 0.0:
+                assert info.n_terms_evaluated == 10 * 36 and info.n_stopped_early == 0
+            state = s_exact
+    assert differs[0.0] == 0
+    assert differs[0.3] > 0
+
+
+# --- approximate Gibbs: per-update error ---------------------------------------------
+
+def _replay(mrf, i, x, params, u, wrong_threshold=False, fpc=True):
+    """Approximate decisions of update (x, i) for each uniform in ``u``."""
+    rng = np.random.default_rng(int(u[0] * 2**32))
+    with np.errstate(divide="ignore"):
+        th = np.log(u) if wrong_threshold else np.log(u) - np.log1p(-u)
+    if fpc:
+        return np.array([gibbs.decide(rng, mrf, i, x, t, params)[0] for t in th])
+    N = int(mrf.terms_per_variable[i])
+    off = mrf.log_odds_offset(i, x)
+    return np.array([sequential_mean_test(
+        rng, N, lambda idx: mrf.term_log_odds(i, x, idx), (t - off) / N, params.batch_size,
+        params.epsilon, reading_order="permutation", finite_population_correction=False
+    ).decision for t in th])
+
+
+def _union_bound(values, offset, eps, m):
+    """Bound on |P_hat(x_i <- 1) - P(x_i = 1)| guaranteed by the t-test (CLT model).
+
+    A wrong decision needs some non-final look ``k`` (``n_k`` terms) to stop on
+    the wrong side.  With ``lbar_k ~ N(mu, sigma_k^2)``, ``N sigma_k = N sigma
+    sqrt((N - n_k) / ((N - 1) n_k))`` (eq. 3 at the population sd), that has
+    probability at most ``min(eps, F_{n_k - 1}(-|L - z| / (N sigma_k) - t_k))``
+    for the uniform with ``z = log(u / (1 - u))``, ``t_k`` the test's critical
+    value; summing over looks and integrating over ``z`` (logistic density)
+    bounds the conditional's error.
+    """
+    N = len(values)
+    L = offset + values.sum()
+    sd = values.std()
+    total = 0.0
+    for n in range(m, N, m):
+        S = N * sd * np.sqrt((N - n) / ((N - 1) * n))
+        tc = stats.t.ppf(1 - eps, n - 1)
+
+        def f(z):
+            return min(eps, stats.t.cdf(-abs(L - z) / S - tc, n - 1)) * stats.logistic.pdf(z)
+        total += integrate.quad(f, L - 60, L + 60, points=[L], limit=200)[0]
+    return total
+
+
+def _bounded_model():
+    """D = 30 triplets with a small per-term spread plus fields: the regime in
+    which the t-test's guarantee is informative (406 terms per conditional)."""
+    full = BinaryMRF.random_triplet(30, 0.005, random_state=3)
+    return BinaryMRF(full.variables, full.log_potentials,
+                     bias=np.random.default_rng(0).normal(0, 1.5, 30))
+
+
+def _updates(mrf, n, lo, hi, seed):
+    rng = np.random.default_rng(seed)
+    out = []
+    while len(out) < n:
+        x = rng.integers(0, 2, mrf.n_variables).astype(np.int8)
+        i = int(rng.integers(mrf.n_variables))
+        p = 1 / (1 + np.exp(-mrf.conditional_log_odds(i, x)))
+        if lo < p < hi:
+            out.append((x, i, p))
+    return out
+
+
+@pytest.mark.parametrize("eps", [0.05, 0.2])
+def test_per_update_error_within_the_t_test_bound(eps):
+    """|P_hat(x_i <- 1) - P(x_i = 1)| <= bound + 4 binomial se on every update
+    tried; the same check with a wrong threshold (log u instead of
+    log(u / (1 - u))) fails."""
+    mrf = _bounded_model()
+    params = gibbs.GibbsParams("approximate", "systematic", eps, 40)
+    R = 1500
+    rng = np.random.default_rng(1)
+    violations = {"kernel": 0, "wrong_threshold": 0}
+    for x, i, p in _updates(mrf, 3, 0.2, 0.85, seed=2):
+        bound = _union_bound(mrf.term_log_odds(i, x), mrf.bias[i], eps, 40)
+        assert bound < 0.1  # informative: the check below has teeth
+        se = np.sqrt(p * (1 - p) / R)
+        for key, wrong in (("kernel", False), ("wrong_threshold", True)):
+            p_hat = _replay(mrf, i, x, params, rng.random(R), wrong_threshold=wrong).mean()
+            violations[key] += abs(p_hat - p) > bound + 4 * se
+    assert violations["kernel"] == 0
+    assert violations["wrong_threshold"] >= 2
+
+
+def _reference_p_hat(values, offset, eps, m, R, rng, fpc=True):
+    """Algorithm 1 written out independently (vectorised over R replays):
+    random orders by argsort, look means and sds from cumulative sums (eq. 3-4),
+    first look with delta < eps decides; returns the frequency of x_i <- 1."""
+    N = len(values)
+    u = rng.random(R)
+    mu0 = (np.log(u) - np.log1p(-u) - offset) / N
+    order = np.argsort(rng.random((R, N)), axis=1)
+    v = values[order]
+    looks = np.minimum(np.arange(m, N + m, m), N)
+    s1 = np.cumsum(v, axis=1)[:, looks - 1]
+    s2 = np.cumsum(v * v, axis=1)[:, looks - 1]
+    lbar = s1 / looks
+    var = np.maximum(s2 - looks * lbar ** 2, 0) / (looks - 1)
+    se = np.sqrt(var / looks)
+    if fpc:
+        se = se * np.sqrt(1 - (looks - 1) / (N - 1))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        delta = stats.t.sf(np.abs(lbar - mu0[:, None]) / se, looks - 1)
+    stop = delta < eps
+    stop[:, -1] = True
+    first = np.argmax(stop, axis=1)
+    return np.mean(lbar[np.arange(R), first] > mu0)
+
+
+@pytest.mark.parametrize("eps", [0.1, 0.25])
+def test_per_update_error_matches_algorithm_1_where_it_is_large(eps):
+    """Where the per-term spread is large (D = 12, log psi sd 0.3, mini-batches
+    of 5 of 55 terms) the conditional's error reaches 0.1-0.25; the kernel's
+    P_hat equals that of an independent implementation of Algorithm 1 within
+    4 combined standard errors.  Negative control: a wrong threshold fails the
+    same check (dropping the finite-population correction moves P_hat by only
+    0.01-0.03 here, too little for 1,500 replays; its control is the
+    calibration test below)."""
+    mrf = BinaryMRF.random_triplet(12, 0.3, random_state=3)
+    params = gibbs.GibbsParams("approximate", "systematic", eps, 5)
+    R, R_ref = 1500, 20000
+    rng = np.random.default_rng(4)
+    fails = {"kernel": 0, "wrong_threshold": 0}
+    errors = []
+    for x, i, p in _updates(mrf, 4, 0.6, 0.97, seed=5):
+        values = mrf.term_log_odds(i, x)
+        ref = _reference_p_hat(values, 0.0, eps, 5, R_ref, rng)
+        errors.append(ref - p)
+        se = np.sqrt(ref * (1 - ref) * (1 / R + 1 / R_ref))
+        for key, kw in (("kernel", {}), ("wrong_threshold", {"wrong_threshold": True})):
+            p_hat = _replay(mrf, i, x, params, rng.random(R), **kw).mean()
+            fails[key] += abs(p_hat - ref) > 4 * se
+    assert max(np.abs(errors)) > 0.05  # the approximation is visibly biased here
+    assert fails["kernel"] == 0
+    assert fails["wrong_threshold"] >= 2
+
+
+# --- the sampler front end -----------------------------------------------------------
+
+def test_sampler_reports_costs_and_is_reproducible_for_any_n_jobs():
+    mrf = BinaryMRF.random_triplet(14, 0.3, random_state=0)
+    kw = dict(method="approximate", epsilon=0.1, batch_size=10, n_chains=2, n_warmup=5,
+              n_draws=30, random_state=8)
+    a = GibbsSampler(n_jobs=1, **kw).sample(mrf)
+    b = GibbsSampler(n_jobs=2, **kw).sample(mrf)
+    np.testing.assert_array_equal(a.draws, b.draws)
+    assert a.draws.dtype == np.int8 and a.draws.shape == (2, 30, 14)
+    N = 78
+    assert 0 < a.terms_per_update < N
+    assert a.sample_stats["n_terms_evaluated"].sum() == a.n_terms_evaluated["sampling"]
+    assert a.batch_histogram.sum() == 2 * 30 * 14
+    assert a.batch_histogram[1:].argmax() >= 0 and a.batch_histogram[0] == 0
+    assert a.sample_stats["n_stopped_early"].sum() > 0
+    assert set(a.wall_time) == {"warmup", "sampling"}
+    exact = GibbsSampler(n_chains=1, n_draws=5, random_state=0).sample(mrf)
+    assert exact.terms_per_update == N and exact.sample_stats["n_batches"].max() == 14
+    c = GibbsSampler(initial_state=np.ones(14, dtype=int), n_chains=1, n_warmup=0, n_draws=1,
+                     random_state=0).sample(mrf)
+    assert c.draws.shape == (1, 1, 14)
+    assert "GibbsResult" in repr(c)
