@@ -62,6 +62,29 @@ def test_pairwise_model_is_the_ising_energy():
     np.testing.assert_allclose(mrf.log_unnormalized(X), expected, rtol=1e-12, atol=1e-12)
 
 
+def test_dobrushin_bound():
+    """Pairwise: max_i sum_j tanh(|W_ij| / 4) exactly; a triplet term's bound
+    is at least the largest single influence, found by enumeration."""
+    rng = np.random.default_rng(0)
+    W = rng.normal(0, 0.3, (6, 6))
+    W = np.triu(W, 1) + np.triu(W, 1).T
+    assert BinaryMRF.pairwise(W).dobrushin_bound() == pytest.approx(
+        np.tanh(np.abs(W) / 4).sum(axis=1).max(), rel=1e-12)
+    mrf = BinaryMRF.random_triplet(5, 0.5, random_state=0)
+    states, _ = mrf.exact_distribution()
+    worst = np.zeros((5, 5))
+    for x in states:
+        for i in range(5):
+            for j in range(5):
+                if i != j:
+                    y = x.copy()
+                    y[j] = 1 - y[j]
+                    d = abs(1 / (1 + np.exp(-mrf.conditional_log_odds(i, x)))
+                            - 1 / (1 + np.exp(-mrf.conditional_log_odds(i, y))))
+                    worst[i, j] = max(worst[i, j], d)
+    assert worst.sum(axis=1).max() <= mrf.dobrushin_bound() + 1e-12
+
+
 def test_triplet_model_sizes_and_reproducibility():
     mrf = BinaryMRF.random_triplet(100, random_state=0)
     assert mrf.n_terms == 161700 and mrf.arity == 3

@@ -328,6 +328,34 @@ class BinaryMRF:
         p = np.exp(logp - logp.max())
         return states, p / p.sum()
 
+    def dobrushin_bound(self):
+        """An upper bound on Dobrushin's interdependence coefficient.
+
+        ``alpha = max_i sum_j sup |P(x_i = 1 | x_-i) - P(x_i = 1 | x'_-i)|``
+        over states differing only in ``x_j``; ``alpha < 1`` makes the Gibbs
+        sampler contract in total variation, the condition of Theorem 2.
+        Flipping ``x_j`` moves the log-odds of ``x_i`` by at most
+        ``c_ij = sum_{t contains i, j} max |change of l_t|`` and a logistic
+        probability by at most ``tanh(c_ij / 4)``, so
+        ``alpha <= max_i sum_j tanh(c_ij / 4)`` (exact for pairwise models).
+        """
+        T, r, D = self.n_terms, self.arity, self.n_variables
+        if r < 2:
+            return 0.0
+        c = np.zeros((D, D))
+        idx = np.arange(2 ** r)
+        for p in range(r):
+            bit_p = 1 << (r - 1 - p)
+            lt = (self.log_potentials[:, idx | bit_p] - self.log_potentials[:, idx & ~bit_p])
+            for q in range(r):
+                if q == p:
+                    continue
+                bit_q = 1 << (r - 1 - q)
+                # Change of l_t (log-odds of x_p) when x_q flips, over all configurations.
+                change = np.abs(lt[:, idx | bit_q] - lt[:, idx & ~bit_q]).max(axis=1)
+                np.add.at(c, (self.variables[:, p], self.variables[:, q]), change)
+        return float(np.tanh(c / 4).sum(axis=1).max())
+
     def __repr__(self):
         return (f"BinaryMRF(n_variables={self.n_variables}, arity={self.arity}, "
                 f"n_terms={self.n_terms})")
