@@ -511,3 +511,5 @@ def test_sampler_reports_costs_and_is_reproducible_for_any_n_jobs():
                      random_state=0).sample(mrf)
     assert c.draws.shape == (1, 1, 14)
     assert "GibbsResult" in repr(c)
+    from sklearn.base import clone
+    assert clone(GibbsSampler(epsilon=0.2, scan="random")).get_params()["epsilon"] == 0.2
