@@ -15,11 +15,10 @@ import numbers
 import numpy as np
 from sklearn.base import BaseEstimator
 from sklearn.utils.parallel import Parallel, delayed
-from threadpoolctl import threadpool_limits
 
 from ..diagnostics import ess_bulk, split_rhat
 from ..samplers import gibbs
-from ._base import _check_int, seed_sequences
+from ._base import _check_int, _SingleThreadedBLAS, seed_sequences
 
 __all__ = ["GibbsSampler", "GibbsResult", "subset_distribution"]
 
@@ -106,7 +105,8 @@ class GibbsResult:
 
 
 def _run_one_chain(seed, mrf, params, n_warmup, n_draws, x0):
-    with threadpool_limits(limits=1, user_api="blas"):
+    """Module-level chain task; BLAS single-threaded as for every chain of the package."""
+    with _SingleThreadedBLAS():
         return gibbs.run_chain(np.random.default_rng(seed), mrf, params, n_warmup, n_draws, x0)
 
 
