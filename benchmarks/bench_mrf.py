@@ -29,7 +29,7 @@ not variance), so each Gibbs conditional is a sum over 4,851 pair terms
   line also reports the scans done, terms per update, CPU seconds per scan
   and the wall seconds.
 
-    nice -n 10 python benchmarks/bench_mrf.py --n-jobs 4 --output mrf.jsonl --plot mrf  # ~8 CPU-min
+    nice -n 10 python benchmarks/bench_mrf.py --n-jobs 4 --output mrf.jsonl --plot mrf  # ~9 CPU-min
     python benchmarks/bench_mrf.py --quick                                   # ~1 min smoke
 
 ``--plot PREFIX`` writes ``PREFIX_conditionals.png`` (Figure 7) and
