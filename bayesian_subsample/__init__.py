@@ -12,12 +12,15 @@ from .estimators import BayesianLinearRegression, BayesianPoissonRegressor
 from .estimators import BayesianSplineClassifier
 from .estimators import GibbsResult, GibbsSampler
 from .models import BinaryMRF
+from .estimators import BayesianMLPClassifier, BayesianMLPRegressor
 from .samplers import BPS, HMC, HMCECS, SBPS, SGHMC, SGLD, AusterityMH, RandomWalkMH, pSBPS
 
 __all__ = [
     "AusterityMH",
     "BayesianLinearRegression",
     "BayesianLogisticRegression",
+    "BayesianMLPClassifier",
+    "BayesianMLPRegressor",
     "BPS",
     "BayesianPoissonRegressor",
     "BayesianSplineClassifier",

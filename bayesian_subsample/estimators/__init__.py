@@ -2,8 +2,10 @@
 
 from ._gibbs import GibbsResult, GibbsSampler
 from ._logistic import BayesianLogisticRegression
+from ._mlp import BayesianMLPClassifier, BayesianMLPRegressor
 from ._regression import BayesianLinearRegression, BayesianPoissonRegressor
 from ._spline import BayesianSplineClassifier
 
-__all__ = ["BayesianLinearRegression", "BayesianLogisticRegression", "BayesianPoissonRegressor",
-           "BayesianSplineClassifier", "GibbsResult", "GibbsSampler"]
+__all__ = ["BayesianLinearRegression", "BayesianLogisticRegression", "BayesianMLPClassifier",
+           "BayesianMLPRegressor", "BayesianPoissonRegressor", "BayesianSplineClassifier",
+           "GibbsResult", "GibbsSampler"]

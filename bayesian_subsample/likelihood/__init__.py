@@ -9,6 +9,9 @@
   and :func:`tune_block_poisson` for its number of products and lower bound.
 * :class:`MinibatchGradient` and :class:`ControlVariateGradient`: minibatch
   gradient estimators of the log posterior for SGLD and SG-HMC.
+* :class:`HierarchicalPosterior`: a model given only by per-observation
+  values and gradients (:class:`RowModel`, e.g. a neural network) with a
+  grouped Gaussian prior, Gamma hyper-priors and their Gibbs conditionals.
 """
 
 from ._block_poisson import BlockPoissonEstimator, SignedSubsample, tune_block_poisson
@@ -18,6 +21,13 @@ from ._difference import (
     Estimate,
     Subsample,
     block_layout,
+)
+from ._model_target import (
+    HierarchicalPosterior,
+    Hyperparameters,
+    ModelFullTarget,
+    ModelMinibatchGradient,
+    RowModel,
 )
 from ._full import FullDataTarget, TallPosterior, TaylorExpansion
 from ._gradients import (
@@ -34,8 +44,13 @@ __all__ = [
     "DifferenceEstimator",
     "Estimate",
     "FullDataTarget",
+    "HierarchicalPosterior",
+    "Hyperparameters",
     "MinibatchGradient",
     "MinibatchObservation",
+    "ModelFullTarget",
+    "ModelMinibatchGradient",
+    "RowModel",
     "SignedSubsample",
     "Subsample",
     "TallPosterior",

@@ -4,6 +4,7 @@ from ._glm import DEFAULT_CHUNK_SIZE, GLM, GaussianFamily, LogisticFamily, Poiss
 from ._linear import LinearRegressionGLM, LinearRegressionPrior
 from ._basis import BasisGLM, BSplineBasis, spline_prior_precision
 from ._mrf import BinaryMRF
+from ._mlp import MLP, MLPModel
 from ._prior import GaussianPrecisionPrior, GaussianPrior
 
 __all__ = [
@@ -18,6 +19,8 @@ __all__ = [
     "LinearRegressionGLM",
     "LinearRegressionPrior",
     "LogisticFamily",
+    "MLP",
+    "MLPModel",
     "PoissonFamily",
     "spline_prior_precision",
 ]

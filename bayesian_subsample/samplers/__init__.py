@@ -28,6 +28,7 @@ from ._hmc_family import HMC, HMCECS
 from ._mh import AusterityMH, RandomWalkMH
 from ._pdmp import BPS, SBPS, pSBPS
 from ._sg import SGHMC, SGLD
+from ._sg_model import ModelSG
 
 
 def _signed_hmc_ecs():
@@ -45,6 +46,7 @@ __all__ = [
     "BPS",
     "HMC",
     "HMCECS",
+    "ModelSG",
     "RandomWalkMH",
     "SAMPLERS",
     "SBPS",

@@ -139,3 +139,45 @@ class BinaryConditionals(Protocol):
 
     def conditional_log_odds(self, i: int, x: np.ndarray) -> float:
         """``log P(x_i = 1 | x_-i) - log P(x_i = 0 | x_-i)``, all terms."""
+
+
+class Hyper(Protocol):
+    """Hyperparameters fixed during weight updates (prior precisions, noise precision)."""
+
+    precisions: np.ndarray
+    noise_precision: float
+
+
+class HierarchicalGradientPosterior(Protocol):
+    """A posterior of weights and hyperparameters for Gibbs-within-SG-MCMC.
+
+    Implemented by the likelihood layer for models that give only
+    per-observation values and gradients (neural networks); consumed by
+    :mod:`._sg_model`.  The weight kernels see a
+    :class:`~._sg_typing.GradientEstimator` (or, for HMC, a
+    :class:`DifferentiableTarget`) at fixed hyperparameters; the
+    hyperparameters are updated from their exact conditional.
+    """
+
+    n_obs: int
+    dim: int
+    #: True if the hyperparameters include a likelihood noise precision.
+    has_noise_precision: bool
+
+    def init_position(self, rng: np.random.Generator) -> np.ndarray: ...
+
+    def init_hyper(self, rng: np.random.Generator, position: np.ndarray) -> tuple[Hyper, int]:
+        """A draw from ``p(hyper | position)`` and its per-observation cost."""
+
+    def sample_hyper(self, rng: np.random.Generator, position: np.ndarray,
+                     hyper: Hyper) -> tuple[Hyper, int]:
+        """An exact draw from ``p(hyper | position, data)`` and its cost."""
+
+    def point_hyper(self, position: np.ndarray) -> tuple[Hyper, int]:
+        """Point values of the hyperparameters for the optimisers, and their cost."""
+
+    def gradient_estimator(self, subsample_size: int, hyper: Hyper):
+        """A minibatch gradient estimator (``grad(position, rng)``, ``n_obs_per_eval``,
+        ``subsample_size``) of the log posterior of the weights given ``hyper``."""
+
+    def full_target(self, hyper: Hyper) -> DifferentiableTarget: ...

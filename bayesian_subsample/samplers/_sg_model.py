@@ -1,0 +1,296 @@
+"""Gibbs-within-SG-MCMC for models without GLM structure (Bayesian neural networks).
+
+The configured :class:`~._sg.SGLD` and :class:`~._sg.SGHMC` are built around
+a GLM posterior (theta* from a subset mode, Taylor control variates, a
+Hessian mass matrix).  A neural network has none of these: no useful mode to
+expand around, no curvature bound, no global Hessian.  :class:`ModelSG`
+drives the *same kernels* (:func:`.sgld.step`, :func:`.sghmc.step`,
+:func:`.hmc.step`) on a :class:`~._typing.HierarchicalGradientPosterior`
+following Chen, Fox and Guestrin (2014, §4.2):
+
+* start from the model's initial weights (Glorot-scaled for a network) and a
+  Gibbs draw of the hyperparameters given them;
+* one *iteration* is one pass over the data, ``ceil(n / m)`` kernel updates
+  (at least 50 on small data, so that the weights move between Gibbs steps)
+  with fresh minibatches of ``m`` distinct rows (no control variates),
+  followed by one exact Gibbs draw of the hyperparameters (per-layer prior
+  precisions, noise precision) given the weights -- "resampling
+  hyperparameters after an entire pass over the training set";
+* ``n_warmup`` iterations are discarded (the paper's burn-in: 50 of 800).
+
+Parameterisation (Chen et al., eqs. 14-15 and §3.3).  ``learning_rate`` is
+``eta`` per unit of the full-data log-posterior gradient (the minibatch sum is
+scaled by ``n / m``), ``momentum_decay`` is ``alpha``:
+
+* ``"sghmc"``: ``v <- v + eta g - alpha v + N(0, 2 alpha eta)``,
+  ``theta <- theta + v``: the SG-HMC kernel with unit mass, ``eps =
+  sqrt(eta)``, friction ``C = alpha / eps`` and ``B_hat = 0``
+  (:func:`.sghmc.from_sgd_momentum`), one update per kernel call;
+* ``"sgld"``: ``theta <- theta + eta g + N(0, 2 eta)``: the SGLD kernel with
+  ``eps = 2 eta`` (its convention is ``theta + (eps/2) g + N(0, eps)``);
+* ``"sgd_momentum"``: the SG-HMC kernel with ``B_hat = C`` (no injected
+  noise): SGD with momentum ``1 - alpha`` (eq. 15 with the noise removed);
+* ``"sgd"``: the same with ``alpha = 1``, i.e. ``theta <- theta + eta g``.
+  The two optimisers hold the prior precisions fixed (at the hyper-prior
+  mean, or the user's ``prior_precision``: a joint MAP over weights and
+  precisions is degenerate), take the noise precision at its conditional
+  mode, and keep one network, their final point estimate;
+* ``"hmc"``: full-data HMC (unit mass, ``n_integration_steps`` leapfrog steps,
+  step size by dual averaging to 0.8 acceptance during warm-up), one
+  transition per iteration, then the Gibbs draw; for small data.
+
+For a Gaussian likelihood the step is ``eta / max(1, tau)`` with ``tau`` the
+current noise precision (the likelihood curvature is proportional to
+``tau``); it changes at each Gibbs step.  Since the SG-HMC momentum ``r`` is
+``N(0, I)`` for every ``eps`` in this parameterisation, it is kept.
+
+Default ``learning_rate="auto"``: ``eta = 0.1 / n``.  On standardised inputs
+the mean per-observation gradient of a network's log likelihood is O(1) and
+a plain SGD step of 0.1 on the *mean* loss is the classical stable choice;
+since ``g`` estimates the *sum* over ``n`` rows, ``eta = 0.1 / n``.  For the
+paper's MNIST set-up (n = 50,000, m = 500) this is ``eta = 2e-6`` with
+``alpha = 0.01``, the SG-HMC setting of Chen et al.; the stationary velocity
+of SG-HMC has sd ``sqrt(eta)`` per coordinate, the SGLD noise
+``sqrt(2 eta)``.
+
+Composition with the Gibbs step.  The hyperparameters ``h`` are updated
+from their exact conditional ``p(h | theta, y)``; the weight kernels leave
+(approximately, as ``eta -> 0``) ``p(theta | h, y)`` invariant, so the
+alternation targets the joint posterior.  For SG-HMC the joint is over
+``(theta, r, h)`` with ``r ~ N(0, M)`` independent of ``h``: the momentum is
+kept across the Gibbs step (no refresh needed).  For HMC the stored log
+density is recomputed under the new ``h``.
+
+Divergence.  A kernel update with a non-finite gradient, position or
+momentum ends the chain: the networks kept so far stay, the remaining slots
+are NaN, and ``ChainResult.extra["diverged_at"]`` records the iteration.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+
+import numpy as np
+
+from . import hmc, sghmc, sgld
+from ._base import ChainResult, Prepared, SamplerConfig, check_positive_float, check_positive_int
+from .adaptation import dual_averaging_init, dual_averaging_update, find_reasonable_step_size
+from .metric import Metric, sample_momentum
+
+__all__ = ["ModelSG", "run_model_chain", "METHODS"]
+
+METHODS = ("sghmc", "sgld", "sgd", "sgd_momentum", "hmc")
+_OPTIMISERS = ("sgd", "sgd_momentum")
+#: Kernel updates per iteration are ``max(ceil(n / m), this)``: a pass over the
+#: data, but at least 50 updates between Gibbs steps on small data sets.
+MIN_UPDATES_PER_ITERATION = 50
+
+
+class ModelSG(SamplerConfig):
+    """Stochastic-gradient sampling (or optimisation) of a model without GLM structure.
+
+    Parameters
+    ----------
+    method : {"sghmc", "sgld", "sgd", "sgd_momentum", "hmc"}, default="sghmc"
+    subsample_size : int, default=500
+        ``m``, rows per minibatch (clipped to the number of rows).
+    learning_rate : "auto" or float, default="auto"
+        ``eta`` (module notes); "auto" is ``0.1 / n_obs``.
+    momentum_decay : float, default=0.01
+        ``alpha`` for "sghmc" and "sgd_momentum" (in (0, 1]).
+    n_networks_kept : int, default=20
+        Post-warm-up draws stored per chain, evenly spaced over ``n_draws``
+        (1 for the optimisers: the final point).
+    n_integration_steps : int, default=20
+        Leapfrog steps per transition of "hmc".
+    """
+
+    name = "model_sg"
+
+    def __init__(self, method="sghmc", subsample_size=500, learning_rate="auto",
+                 momentum_decay=0.01, n_networks_kept=20, n_integration_steps=20):
+        self.method = method
+        self.subsample_size = subsample_size
+        self.learning_rate = learning_rate
+        self.momentum_decay = momentum_decay
+        self.n_networks_kept = n_networks_kept
+        self.n_integration_steps = n_integration_steps
+
+    def validate(self, n_obs):
+        if self.method not in METHODS:
+            raise ValueError(f"sampler must be one of {METHODS}, got {self.method!r}.")
+        check_positive_int(self.subsample_size, "batch_size")
+        if not (isinstance(self.learning_rate, str) and self.learning_rate == "auto"):
+            check_positive_float(self.learning_rate, "learning_rate")
+        check_positive_float(self.momentum_decay, "momentum_decay", upper=1.0,
+                             inclusive_upper=True)
+        check_positive_int(self.n_networks_kept, "n_networks_kept")
+        check_positive_int(self.n_integration_steps, "n_integration_steps")
+
+    def eta(self, n_obs):
+        if isinstance(self.learning_rate, str):
+            return 0.1 / n_obs
+        return float(self.learning_rate)
+
+    def batch(self, n_obs):
+        return min(int(self.subsample_size), int(n_obs))
+
+    def n_kept(self, n_draws):
+        return 1 if self.method in _OPTIMISERS else min(int(self.n_networks_kept), n_draws)
+
+    def prepare(self, rng, posterior):
+        self.validate(posterior.n_obs)
+        return Prepared(None, 0)
+
+    def run_chain(self, rng, posterior, prepared, n_warmup, n_draws):
+        return run_model_chain(self, rng, posterior, n_warmup, n_draws)
+
+
+def _kept_iterations(n_draws, n_kept):
+    """Post-warm-up iterations whose networks are stored (evenly spaced, last included)."""
+    return np.unique(np.round(np.linspace(n_draws - 1, 0, n_kept)[::-1]).astype(int))
+
+
+def run_model_chain(config, rng, posterior, n_warmup, n_draws, callback=None):
+    """Run one chain of ``config`` (a :class:`ModelSG`) on ``posterior``.
+
+    ``callback(iteration, position, hyper)``, if given, is called after every
+    iteration (pass over the data plus Gibbs step), warm-up included
+    (``iteration`` counts from 0); the benchmarks use it to trace test error.
+    """
+    t0 = time.perf_counter()
+    method = config.method
+    n = posterior.n_obs
+    dim = posterior.dim
+    m = config.batch(n)
+    steps_per_pass = max(int(math.ceil(n / m)), MIN_UPDATES_PER_ITERATION)
+    eta = config.eta(n)
+    alpha = float(config.momentum_decay)
+    optimiser = method in _OPTIMISERS
+    unit = Metric(np.ones(dim), np.ones(dim))
+    posterior_has_noise = bool(getattr(posterior, "has_noise_precision", False))
+
+    position = posterior.init_position(rng)
+    hyper, cost = (posterior.point_hyper(position) if optimiser
+                   else posterior.init_hyper(rng, position))
+    n_eval = cost
+    def sg_params(hyper):
+        # The learning rate is per unit of likelihood curvature: divided by the
+        # noise precision tau when it exceeds 1 (Gaussian likelihoods; the
+        # curvature scales with tau).  A step size that is a function of the
+        # hyperparameters keeps each kernel invariant for p(theta, r | h), and r
+        # stays N(0, I) whatever eps, so it is valid within Gibbs.
+        e = eta / max(1.0, float(hyper.noise_precision))
+        if method == "sgld":
+            return sgld.SGLDParams(2.0 * e, unit)
+        cfg = sghmc.from_sgd_momentum(e, 1.0 if method == "sgd" else alpha)
+        friction = cfg["friction"]
+        return sghmc.make_params(cfg["step_size"], 1, unit, friction,
+                                 None if method == "sghmc" else friction)[0]
+
+    if method == "sgld":
+        state = sgld.init(position)
+        params = sg_params(hyper)
+    elif method in ("sghmc", "sgd_momentum", "sgd"):
+        params = sg_params(hyper)
+        momentum = sample_momentum(rng, unit) if method == "sghmc" else np.zeros(dim)
+        state = sghmc.init(position, momentum)
+    else:
+        target = posterior.full_target(hyper)
+        state = hmc.init(position, target)
+        eps0, evals = find_reasonable_step_size(rng, target, position, state.logdensity,
+                                                state.logdensity_grad, unit)
+        n_eval += evals * n
+        da = dual_averaging_init(eps0)
+        params = hmc.HMCParams(eps0, int(config.n_integration_steps), unit)
+
+    n_kept = config.n_kept(n_draws)
+    kept_at = _kept_iterations(n_draws, n_kept)
+    draws = np.full((n_kept, dim), np.nan)
+    n_groups = len(hyper.precisions)
+    stats = {
+        "acceptance_rate": np.full(n_draws, np.nan),
+        "diverging": np.zeros(n_draws, dtype=bool),
+        "step_size": np.full(n_draws, np.nan),
+        "n_steps": np.full(n_draws, np.nan),
+        "n_obs_evaluated": np.zeros(n_draws),
+        "prior_precision": np.full((n_draws, n_groups), np.nan),
+        "noise_precision": np.full(n_draws, np.nan),
+    }
+    n_eval_warm = n_eval_samp = 0
+    n_div_warm = 0
+    diverged_at = None
+    t_warm = None
+    slot = 0
+    for it in range(n_warmup + n_draws):
+        if it == n_warmup:
+            t_warm = time.perf_counter()
+            if method == "hmc":
+                params = params._replace(step_size=math.exp(da.log_step_size_avg))
+        cost, divergent, fatal, acc = 0, False, False, 1.0
+        if method == "hmc":
+            state, info = hmc.step(rng, state, target, params)
+            cost += info.n_obs_evaluated
+            divergent, acc = info.is_divergent, info.acceptance_rate
+            if it < n_warmup:
+                da = dual_averaging_update(da, acc)
+                params = params._replace(step_size=math.exp(da.log_step_size))
+        else:
+            kernel = sgld if method == "sgld" else sghmc
+            estimator = posterior.gradient_estimator(m, hyper)
+            for _ in range(steps_per_pass):
+                state, info = kernel.step(rng, state, estimator, params)
+                cost += info.n_obs_evaluated
+                if info.is_divergent:
+                    divergent = fatal = True
+                    break
+        if not fatal:
+            # The hyperparameter update: exact Gibbs draw (conditional mode for optimisers).
+            if optimiser:
+                hyper, c = posterior.point_hyper(state.position)
+            else:
+                hyper, c = posterior.sample_hyper(rng, state.position, hyper)
+            cost += c
+            if method == "hmc":
+                target = posterior.full_target(hyper)
+                state = hmc.init(state.position, target)
+                cost += n
+            elif posterior_has_noise:
+                params = sg_params(hyper)
+        if it < n_warmup:
+            n_eval_warm += cost
+            n_div_warm += int(divergent)
+        else:
+            d = it - n_warmup
+            n_eval_samp += cost
+            stats["acceptance_rate"][d] = 0.0 if divergent else acc
+            stats["diverging"][d] = divergent
+            stats["step_size"][d] = params.step_size
+            stats["n_steps"][d] = (params.n_integration_steps if method == "hmc"
+                                   else steps_per_pass)
+            stats["n_obs_evaluated"][d] = cost
+            stats["prior_precision"][d] = hyper.precisions
+            stats["noise_precision"][d] = hyper.noise_precision
+            if not fatal and slot < n_kept and d == kept_at[slot]:
+                draws[slot] = state.position
+                slot += 1
+        if fatal:
+            diverged_at = it
+            break
+        if callback is not None:
+            callback(it, state.position, hyper)
+    t_end = time.perf_counter()
+    if t_warm is None:
+        t_warm = t_end
+    return ChainResult(
+        draws=draws, stats=stats, n_obs_evaluated_warmup=int(n_eval_warm),
+        n_obs_evaluated_sampling=int(n_eval_samp), n_divergent_warmup=int(n_div_warm),
+        step_size=float(params.step_size),
+        n_integration_steps=int(getattr(params, "n_integration_steps", 1)),
+        inverse_mass_matrix=np.ones(1), theta_star=np.full(1, np.nan), subsample_size=m,
+        n_refinements=0,
+        extra={"diverged_at": diverged_at, "learning_rate": eta, "momentum_decay": alpha,
+               "updates_per_iteration": steps_per_pass, "kept_iterations": kept_at,
+               "final_hyper": hyper},
+        wall_time_warmup=t_warm - t0, wall_time_sampling=t_end - t_warm)
