@@ -97,8 +97,9 @@ class ModelSG(SamplerConfig):
         ``m``, rows per minibatch (clipped to the number of rows).
     learning_rate : "auto" or float, default="auto"
         ``eta`` (module notes); "auto" is ``0.1 / n_obs``.
-    momentum_decay : float, default=0.01
-        ``alpha`` for "sghmc" and "sgd_momentum" (in (0, 1]).
+    momentum_decay : float, default=0.1
+        ``alpha`` for "sghmc" and "sgd_momentum" (in (0, 1]); Chen et al.
+        (§3.3) suggest 0.01 or 0.1.
     n_networks_kept : int, default=20
         Post-warm-up draws stored per chain, evenly spaced over ``n_draws``
         (1 for the optimisers: the final point).
@@ -109,7 +110,7 @@ class ModelSG(SamplerConfig):
     name = "model_sg"
 
     def __init__(self, method="sghmc", subsample_size=500, learning_rate="auto",
-                 momentum_decay=0.01, n_networks_kept=20, n_integration_steps=20):
+                 momentum_decay=0.1, n_networks_kept=20, n_integration_steps=20):
         self.method = method
         self.subsample_size = subsample_size
         self.learning_rate = learning_rate
@@ -240,7 +241,10 @@ def run_model_chain(config, rng, posterior, n_warmup, n_draws, callback=None):
             kernel = sgld if method == "sgld" else sghmc
             estimator = posterior.gradient_estimator(m, hyper)
             for _ in range(steps_per_pass):
-                state, info = kernel.step(rng, state, estimator, params)
+                # Overflow on the way to a divergence is detected by the kernel
+                # (non-finite state) and reported, not printed.
+                with np.errstate(over="ignore", invalid="ignore"):
+                    state, info = kernel.step(rng, state, estimator, params)
                 cost += info.n_obs_evaluated
                 if info.is_divergent:
                     divergent = fatal = True
