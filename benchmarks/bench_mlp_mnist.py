@@ -131,7 +131,7 @@ def main(argv=None):
         rng = np.random.default_rng(np.random.SeedSequence(args.seed).spawn(1)[0])
         with threadpool_limits(limits=1, user_api="blas"):
             try:
-                run_model_chain(config, rng, posterior, 0, args.passes, callback)
+                run_model_chain(config, rng, posterior, 0, args.passes, trace=callback)
             except Stop:
                 pass
         pt = final["pt"]

@@ -60,7 +60,7 @@ class _BayesianMLP(SampledModelMixin, BaseEstimator):
                  batch_size=500, learning_rate="auto", momentum_decay=0.1,
                  prior_shape=1.0, prior_rate=1.0, prior_precision=None, n_chains=2,
                  n_warmup=50, n_draws=100, n_networks_kept=20, n_integration_steps=20,
-                 random_state=None, n_jobs=None, verbose=0):
+                 random_state=None, n_jobs=None, verbose=0, progress_bar=False):
         self.hidden_layer_sizes = hidden_layer_sizes
         self.activation = activation
         self.sampler = sampler
@@ -78,6 +78,7 @@ class _BayesianMLP(SampledModelMixin, BaseEstimator):
         self.random_state = random_state
         self.n_jobs = n_jobs
         self.verbose = verbose
+        self.progress_bar = progress_bar
 
     # ----------------------------------------------------------- validation
     def _check_params(self):
@@ -274,6 +275,8 @@ class BayesianMLPClassifier(ClassifierMixin, _BayesianMLP):
     n_jobs : None or int
         Chains run in parallel through joblib.
     verbose : int, default=0
+    progress_bar : bool or "text", default=False
+        One live bar per chain (iterations are passes over the data).
 
     Attributes
     ----------

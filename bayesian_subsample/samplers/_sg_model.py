@@ -144,8 +144,8 @@ class ModelSG(SamplerConfig):
         self.validate(posterior.n_obs)
         return Prepared(None, 0)
 
-    def run_chain(self, rng, posterior, prepared, n_warmup, n_draws):
-        return run_model_chain(self, rng, posterior, n_warmup, n_draws)
+    def run_chain(self, rng, posterior, prepared, n_warmup, n_draws, callback=None):
+        return run_model_chain(self, rng, posterior, n_warmup, n_draws, progress=callback)
 
 
 def _kept_iterations(n_draws, n_kept):
@@ -153,12 +153,14 @@ def _kept_iterations(n_draws, n_kept):
     return np.unique(np.round(np.linspace(n_draws - 1, 0, n_kept)[::-1]).astype(int))
 
 
-def run_model_chain(config, rng, posterior, n_warmup, n_draws, callback=None):
+def run_model_chain(config, rng, posterior, n_warmup, n_draws, trace=None, progress=None):
     """Run one chain of ``config`` (a :class:`ModelSG`) on ``posterior``.
 
-    ``callback(iteration, position, hyper)``, if given, is called after every
+    ``trace(iteration, position, hyper)``, if given, is called after every
     iteration (pass over the data plus Gibbs step), warm-up included
     (``iteration`` counts from 0); the benchmarks use it to trace test error.
+    ``progress(done, diverging, step_size)`` is the display-only callback of
+    :meth:`SamplerConfig.run_chain`.
     """
     t0 = time.perf_counter()
     method = config.method
@@ -279,11 +281,13 @@ def run_model_chain(config, rng, posterior, n_warmup, n_draws, callback=None):
             if not fatal and slot < n_kept and d == kept_at[slot]:
                 draws[slot] = state.position
                 slot += 1
+        if progress is not None:
+            progress(it + 1, bool(divergent), float(params.step_size))
         if fatal:
             diverged_at = it
             break
-        if callback is not None:
-            callback(it, state.position, hyper)
+        if trace is not None:
+            trace(it, state.position, hyper)
     t_end = time.perf_counter()
     if t_warm is None:
         t_warm = t_end
