@@ -10,6 +10,20 @@ import argparse
 import json
 
 
+def summary(curves, finals):
+    """Print final errors, log loss, ECE, and the passes SG-HMC needs to reach SGLD's error."""
+    for method, pts in curves.items():
+        f = finals.get(method, {})
+        print(json.dumps({"method": method, "passes": pts[-1][0], "test_error": pts[-1][1],
+                          "test_log_loss": f.get("test_log_loss"), "test_ece": f.get("test_ece"),
+                          "wall_seconds": f.get("wall_seconds")}))
+    if "sghmc" in curves and "sgld" in curves:
+        target = curves["sgld"][-1][1]
+        reach = next((p for p, e in curves["sghmc"] if e <= target), None)
+        print(json.dumps({"sgld_final_error": target, "sghmc_passes_to_reach_it": reach,
+                          "sgld_passes": curves["sgld"][-1][0]}))
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("files", nargs="+")
@@ -21,14 +35,16 @@ def main(argv=None):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    curves = {}
+    curves, finals = {}, {}
     for path in args.files:
         with open(path) as fh:
             for line in fh:
                 rec = json.loads(line)
                 if rec.get("final"):
+                    finals[rec["method"]] = rec
                     continue
                 curves.setdefault(rec["method"], []).append((rec["pass"], rec["test_error"]))
+    summary(curves, finals)
     labels = {"sgd": "SGD", "sgd_momentum": "SGD with momentum", "sgld": "SGLD",
               "sghmc": "SGHMC"}
     fig, ax = plt.subplots(figsize=(6, 4))
