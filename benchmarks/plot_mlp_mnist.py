@@ -53,7 +53,7 @@ def main(argv=None):
         ax.plot([p[0] for p in pts], [p[1] for p in pts], label=labels.get(method, method))
     ax.set_xlabel("passes over the training data")
     ax.set_ylabel("test error")
-    ax.set_ylim(0.012, 0.04)
+    ax.set_ylim(0.01, 0.08)
     ax.legend()
     ax.set_title("Bayesian MLP (784-100-10) on MNIST")
     fig.tight_layout()
