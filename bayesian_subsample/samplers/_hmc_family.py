@@ -98,7 +98,17 @@ class _FullDataAdapter:
 
 
 class _ECSAdapter:
-    """Drives :mod:`.hmc_ecs` and re-centres its estimator during warm-up."""
+    """Drives :mod:`.hmc_ecs` and re-centres its estimator during warm-up.
+
+    When the subsample would reach the data size (``m >= n`` after rounding
+    to whole blocks, e.g. any ``"auto"`` size on data of at most
+    ``min_subsample_size`` rows), drawing ``m`` rows with replacement would
+    only add noise and a ``-sigma2/2`` bias that the exact full-data
+    posterior does not have.  The chain then runs the full-data HMC kernel
+    (:func:`.hmc.step` on the exact target, the same transition as
+    :class:`HMC`), the subsample update is skipped (reported as accepted, with
+    ``loglik_var = 0``) and ``sampler_info_`` says ``full_data=True``.
+    """
 
     stats = _ECS_STATS
 
@@ -108,6 +118,28 @@ class _ECSAdapter:
         self.estimator = None
         self.subsample_size = None
         self.extra = {}
+        self._full = None
+
+    def _use_size(self, expansion, m):
+        """Build the estimator for ``m`` rows, or switch to full data when ``m`` reaches n."""
+        estimator = self.posterior.difference_estimator(expansion, m, self.config.n_blocks)
+        if estimator.subsample_size >= self.posterior.n_obs:
+            self.estimator = None
+            if self._full is None:
+                self._full = self.posterior.full_target()
+            self.subsample_size = self.posterior.n_obs
+        else:
+            self.estimator = estimator
+            self.subsample_size = estimator.subsample_size
+        self.extra["full_data"] = self.estimator is None
+
+    def _full_state(self, position):
+        logdensity, grad = self._full.logdensity_and_grad(position)
+        if not (np.isfinite(logdensity) and np.all(np.isfinite(grad))):
+            raise ValueError("The log density or its gradient is not finite at the initial "
+                             "position.")
+        return hmc_ecs.HMCECSState(np.array(position, dtype=float), float(logdensity), grad,
+                                   None, 0.0)
 
     def wants_refresh(self):
         """An automatic ``m`` well above its floor asks for a new theta*.
@@ -131,6 +163,8 @@ class _ECSAdapter:
         n = self.posterior.n_obs
         if cfg.subsample_size != "auto":
             return int(cfg.subsample_size), 0
+        if n <= cfg.min_subsample_size:
+            return n, 0  # the floor is the whole data: no pilot needed
         var, cost = self.posterior.difference_variance(expansion, thetas, rng)
         required = n * n * float(np.quantile(var, 0.75)) / cfg.target_loglik_var
         self.extra = {"required_subsample_size": required,
@@ -144,20 +178,35 @@ class _ECSAdapter:
         thetas = [position] + [expansion.theta_star + _laplace_offset(rng, metric)
                                for _ in range(19)]
         m, cost = self._choose_m(rng, expansion, thetas)
-        self.estimator = self.posterior.difference_estimator(expansion, m, self.config.n_blocks)
-        self.subsample_size = self.estimator.subsample_size
+        self._use_size(expansion, m)
+        if self.estimator is None:
+            return self._full_state(position), cost + self.subsample_size
         state = hmc_ecs.init(position, self.estimator, rng)
         return state, cost + self.subsample_size
 
     def target_at(self, state):
+        if self.estimator is None:
+            return self._full
         return self.estimator.conditional(state.subsample)
 
     def step(self, rng, state, params):
-        return hmc_ecs.step(rng, state, self.estimator, params)
+        if self.estimator is not None:
+            return hmc_ecs.step(rng, state, self.estimator, params)
+        inner = hmc.HMCState(state.position, state.logdensity, state.logdensity_grad)
+        inner, info = hmc.step(rng, inner, self._full, params)
+        new = hmc_ecs.HMCECSState(inner.position, inner.logdensity, inner.logdensity_grad,
+                                  None, 0.0)
+        return new, hmc_ecs.HMCECSInfo(
+            info.acceptance_rate, info.is_accepted, info.is_divergent, info.energy,
+            info.energy_error, info.n_integration_steps, 1.0, True, 0.0,
+            info.n_obs_evaluated)
 
     def recentre(self, rng, state, expansion, recent, refined, final):
         auto = self.config.subsample_size == "auto"
-        current = self.estimator.subsample_size
+        current = self.subsample_size
+        n = self.posterior.n_obs
+        if self.estimator is None and (not auto or n <= self.config.min_subsample_size):
+            return state, 0  # exact full data, whatever theta* is
         # Without a new theta*, m is still re-chosen when it may shrink: the
         # first m comes from draws around the subset mode and can be far
         # larger than the posterior draws need (the paper's §6.6: 62,000
@@ -169,12 +218,15 @@ class _ECSAdapter:
         m, cost = self._choose_m(rng, expansion, recent[pick])
         if not refined and m >= 0.8 * current:
             return state, cost
-        if not auto or 0.8 * current <= m <= current:
+        if self.estimator is not None and (not auto or 0.8 * current <= m <= current):
             self.estimator = self.estimator.recentre(expansion)
             sub = self.estimator.refresh(state.subsample)
         else:
-            self.estimator = self.posterior.difference_estimator(expansion, m,
-                                                                 self.config.n_blocks)
+            was_full = self.estimator is None
+            self._use_size(expansion, m)
+            if self.estimator is None:
+                return (state, cost) if was_full else (self._full_state(state.position),
+                                                       cost + n)
             sub = self.estimator.init_subsample(rng)
         self.subsample_size = self.estimator.subsample_size
         est = self.estimator.evaluate(state.position, sub)
@@ -209,7 +261,7 @@ class _SignedECSAdapter(_ECSAdapter):
 
     def _signed(self, rng, position, expansion, thetas):
         cfg = self.config
-        m = int(cfg.batch_size)
+        m = cfg.resolved_batch_size(self.posterior.n_obs)
         tuned, cost = self.posterior.tune_block_poisson(
             expansion, thetas, rng, m, cfg.target_loglik_var,
             n_products=None if cfg.n_products == "auto" else int(cfg.n_products),
@@ -523,6 +575,10 @@ class HMCECS(_HMCFamily):
         ``target_loglik_var`` at draws around theta*, re-chosen as theta* is
         refined during warm-up (see the module notes).  An integer is rounded
         up to a multiple of ``n_blocks`` and must not exceed the data size.
+        Whenever ``m`` (after rounding) reaches the data size ``n`` -- for
+        ``"auto"`` always when ``n <= min_subsample_size`` -- the chain runs
+        the exact full-data HMC kernel instead of drawing ``n`` rows with
+        replacement, and ``sampler_info_[c]["full_data"]`` is True.
     n_blocks : int, default=100
         ``G``: the subsample is split into ``G`` blocks and one block is
         redrawn per iteration, giving a correlation ``rho ~ 1 - 1/G`` between
@@ -539,9 +595,10 @@ class HMCECS(_HMCFamily):
         block-Poisson estimator (§5, eq. 5.1); the chain runs on its absolute
         value and every draw carries a sign, and estimators report
         sign-weighted expectations (eq. 5.3).
-    batch_size : int, default=30
-        Signed only: mini-batch size ``m`` of each difference estimate (the
-        paper's default).
+    batch_size : "auto" or int, default="auto"
+        Signed only: mini-batch size ``m`` of each difference estimate.
+        ``"auto"`` is ``min(30, n)``: the paper's 30, or all ``n`` rows of
+        smaller data.  An integer must not exceed ``n``.
     n_products : "auto" or int, default="auto"
         Signed only: ``lambda``, the number of Poisson products.  ``"auto"``
         (at least 10) minimises ``lambda m / ((2 tau - 1)^2 alpha_u)`` subject to
@@ -571,7 +628,7 @@ integration_time, chebyshev_cycle
 
     def __init__(self, subsample_size="auto", n_blocks=100, taylor_order=2,
                  target_loglik_var=1.0, min_subsample_size=1000, estimator="perturbed",
-                 batch_size=30, n_products="auto", lower_bound="auto", step_size="auto",
+                 batch_size="auto", n_products="auto", lower_bound="auto", step_size="auto",
                  trajectory_length=1.2, target_accept=0.8, mass_matrix="dense",
                  max_integration_steps=1000, reference_fraction=0.01,
                  divergence_threshold=1000.0, integration_time="fixed", chebyshev_cycle=None):
@@ -597,6 +654,15 @@ integration_time, chebyshev_cycle
     def _taylor_order(self):
         return int(self.taylor_order)
 
+    #: ``batch_size="auto"`` is ``min(DEFAULT_BATCH_SIZE, n)``.
+    DEFAULT_BATCH_SIZE = 30
+
+    def resolved_batch_size(self, n_obs):
+        """The signed estimator's mini-batch size for ``n_obs`` rows."""
+        if self.batch_size == "auto":
+            return int(min(self.DEFAULT_BATCH_SIZE, n_obs))
+        return int(self.batch_size)
+
     def validate(self, n_obs):
         self._validate_common(n_obs)
         check_positive_int(self.n_blocks, "n_blocks")
@@ -605,10 +671,12 @@ integration_time, chebyshev_cycle
         if self.estimator not in ("perturbed", "signed"):
             raise ValueError(
                 f"estimator must be 'perturbed' or 'signed', got {self.estimator!r}.")
-        if self.estimator == "signed":
-            check_rows(self.batch_size, "batch_size", n_obs)
-        else:
-            check_positive_int(self.batch_size, "batch_size")
+        if self.batch_size != "auto":
+            if self.estimator == "signed":
+                check_rows(self.batch_size, "batch_size", n_obs,
+                           "Use batch_size='auto' (min(30, n)) or a smaller batch_size.")
+            else:
+                check_positive_int(self.batch_size, "batch_size")
         if self.n_products != "auto":
             check_positive_int(self.n_products, "n_products")
         if self.lower_bound != "auto":

@@ -36,6 +36,35 @@ _STATS = ("acceptance_rate", "diverging", "energy", "energy_error", "lp", "step_
           "n_steps", "n_obs_evaluated", "data_fraction")
 
 
+#: Bounds of the adapted log proposal scale around its start ``log(2.38/sqrt(d))``:
+#: a factor 1e-4 below to 1e3 above.
+_LOG_SCALE_RANGE = (math.log(1e-4), math.log(1e3))
+_SCALE_BOUND_MESSAGE = (
+    "the random-walk proposal scale reached the bound of its warm-up adaptation "
+    "[{low:.3g}, {high:.3g}] (times the Laplace covariance at the posterior mode): the "
+    "posterior is far from Gaussian around its mode (a nearly flat direction, "
+    "separable classes, or an exact fit), so the draws mix poorly. Use a tighter "
+    "prior_scale or sampler='hmc', and check the data for separable classes or "
+    "duplicated columns")
+
+
+def _proposal_factor(metric):
+    """A square root ``F`` (``F F^T = Sigma``) of the proposal covariance ``M^{-1}``.
+
+    The Cholesky factor of ``M^{-1}`` when it is numerically positive
+    definite; otherwise (an ill-conditioned ``M``, e.g. on an exact linear
+    fit, can give an inverse that fails the factorisation) ``L^{-T}`` with
+    ``M = L L^T``, which is exactly a square root of ``M^{-1}``.
+    """
+    if not metric.dense:
+        return np.diag(np.sqrt(metric.inverse_mass_matrix))
+    try:
+        return linalg.cholesky(metric.inverse_mass_matrix, lower=True)
+    except linalg.LinAlgError:
+        L = metric.mass_sqrt
+        return linalg.solve_triangular(L, np.eye(L.shape[0]), lower=True, trans="T")
+
+
 class _RWState(NamedTuple):
     """Exact random-walk MH state: position and its full log posterior."""
 
@@ -79,19 +108,29 @@ class _MHFamily(SamplerConfig):
         t0 = time.perf_counter()
         ex = prepared.expansion
         metric = metric_from_mass_matrix(ex.neg_hessian, dense=True)
-        cov_chol = linalg.cholesky(metric.inverse_mass_matrix, lower=True)
+        cov_chol = _proposal_factor(metric)
         d = posterior.dim
         adapt = isinstance(self.proposal_scale, str)
-        log_s = math.log(self._initial_scale(d) if adapt else float(self.proposal_scale))
+        log_s0 = math.log(self._initial_scale(d) if adapt else float(self.proposal_scale))
+        log_s = log_s0
         target_accept = self._target_accept()
         position = ex.theta_star + _laplace_offset(rng, metric)
         state = self._init_state(posterior, position)
         n_eval_warm = 0
+        at_bound = False
         for it in range(n_warmup):
             state, accepted, cost, _ = transition(rng, state, math.exp(log_s), cov_chol)
             n_eval_warm += cost
             if adapt:
                 log_s += (float(accepted) - target_accept) / (it + 1) ** 0.6
+                # The Laplace covariance at the mode fixes the shape; a scale
+                # far from 2.38/sqrt(d) means the posterior is nothing like it
+                # (e.g. separable data, a flat direction), and an unbounded
+                # recursion would run the proposal to 0 or to overflow.
+                clipped = min(max(log_s, log_s0 + _LOG_SCALE_RANGE[0]),
+                              log_s0 + _LOG_SCALE_RANGE[1])
+                at_bound |= clipped != log_s
+                log_s = clipped
             if callback is not None:
                 callback(it + 1, False, math.exp(log_s))
         t1 = time.perf_counter()
@@ -120,7 +159,11 @@ class _MHFamily(SamplerConfig):
             inverse_mass_matrix=metric.inverse_mass_matrix, theta_star=ex.theta_star,
             subsample_size=int(self._rows_per_decision(posterior)), n_refinements=0,
             extra={"proposal_scale": math.exp(log_s),
-                   "mean_data_fraction": float(stats["data_fraction"].mean())},
+                   "mean_data_fraction": float(stats["data_fraction"].mean()),
+                   "proposal_scale_at_bound": bool(at_bound),
+                   **({"warning": _SCALE_BOUND_MESSAGE.format(
+                       low=math.exp(log_s0 + _LOG_SCALE_RANGE[0]),
+                       high=math.exp(log_s0 + _LOG_SCALE_RANGE[1]))} if at_bound else {})},
             wall_time_warmup=t1 - t0, wall_time_sampling=t2 - t1,
         )
 
@@ -205,8 +248,10 @@ class AusterityMH(_MHFamily):
     ----------
     epsilon : float, default=0.05
         Error knob of the sequential test (the paper explores 0 to 0.2).
-    batch_size : int, default=500
-        Mini-batch size ``m``.
+    batch_size : "auto" or int, default="auto"
+        Mini-batch size ``m``.  ``"auto"`` is ``min(500, n)``: 500 rows, or
+        all ``n`` rows of smaller data (every decision is then exact MH).  An
+        integer must be at least 2 and not exceed ``n``.
     control_variates : bool, default=True
         Run the t-test on the residuals of the second-order Taylor control
         variates around the full-data mode (an extension of the paper, see
@@ -220,8 +265,9 @@ class AusterityMH(_MHFamily):
         second-order Taylor control variates around theta*); both proposal
         densities ``q(theta' | theta)`` and ``q(theta | theta')`` use gradients
         on the same minibatch, and enter the threshold ``mu_0``.
-    proposal_batch_size : int, default=500
-        Minibatch size of the SGLD proposal's gradients.
+    proposal_batch_size : "auto" or int, default="auto"
+        Minibatch size of the SGLD proposal's gradients; ``"auto"`` is
+        ``min(500, n)``.
     proposal_scale : "auto" or float, default="auto"
         ``s``; "auto" adapts it during warm-up towards ``target_accept``.
     target_accept : "auto" or float, default="auto"
@@ -239,8 +285,8 @@ class AusterityMH(_MHFamily):
 
     name = "austerity_mh"
 
-    def __init__(self, epsilon=0.05, batch_size=500, control_variates=True,
-                 proposal="random_walk", proposal_batch_size=500, proposal_scale="auto",
+    def __init__(self, epsilon=0.05, batch_size="auto", control_variates=True,
+                 proposal="random_walk", proposal_batch_size="auto", proposal_scale="auto",
                  target_accept="auto", reference_fraction=0.01):
         self.epsilon = epsilon
         self.control_variates = control_variates
@@ -259,10 +305,20 @@ class AusterityMH(_MHFamily):
             return 0.574 if self.proposal == "sgld" else 0.234
         return float(self.target_accept)
 
+    #: ``"auto"`` batch sizes are ``min(DEFAULT_BATCH_SIZE, n)``.
+    DEFAULT_BATCH_SIZE = 500
+
+    def _resolved(self, value, n_obs):
+        if isinstance(value, str) and value == "auto":
+            return int(min(self.DEFAULT_BATCH_SIZE, n_obs))
+        return int(value)
+
     def validate(self, n_obs):
         self._validate_common(n_obs)
-        check_positive_int(self.batch_size, "batch_size", minimum=2)
-        check_rows(self.batch_size, "batch_size", n_obs)
+        hint = "Use batch_size='auto' (min(500, n)) or a smaller value."
+        if not (isinstance(self.batch_size, str) and self.batch_size == "auto"):
+            check_positive_int(self.batch_size, "batch_size", minimum=2)
+            check_rows(self.batch_size, "batch_size", n_obs, hint)
         try:
             ok = 0.0 <= float(self.epsilon) < 0.5
         except (TypeError, ValueError):
@@ -275,25 +331,28 @@ class AusterityMH(_MHFamily):
         if self.proposal not in ("random_walk", "sgld"):
             raise ValueError(
                 f"proposal must be 'random_walk' or 'sgld', got {self.proposal!r}.")
-        if self.proposal == "sgld":
-            check_rows(self.proposal_batch_size, "proposal_batch_size", n_obs)
+        if isinstance(self.proposal_batch_size, str) and self.proposal_batch_size == "auto":
+            pass
+        elif self.proposal == "sgld":
+            check_rows(self.proposal_batch_size, "proposal_batch_size", n_obs,
+                       hint.replace("batch_size=", "proposal_batch_size="))
         else:
             check_positive_int(self.proposal_batch_size, "proposal_batch_size")
 
     def _rows_per_decision(self, posterior):
-        return self.batch_size
+        return self._resolved(self.batch_size, posterior.n_obs)
 
     def _init_state(self, posterior, position):
         return austerity.init(position, posterior)
 
     def run_chain(self, rng, posterior, prepared, n_warmup, n_draws, callback=None):
-        eps, m = float(self.epsilon), int(self.batch_size)
+        eps, m = float(self.epsilon), self._resolved(self.batch_size, posterior.n_obs)
         cv = prepared.expansion if self.control_variates else None
         if self.proposal == "sgld":
             # Taylor control variates around theta* make the proposal's gradient
             # nearly exact near the posterior (any gradient keeps MH valid).
-            grad_est = posterior.gradient_estimator(int(self.proposal_batch_size),
-                                                    prepared.expansion)
+            grad_est = posterior.gradient_estimator(
+                self._resolved(self.proposal_batch_size, posterior.n_obs), prepared.expansion)
             precision = prepared.expansion.neg_hessian
             covariance = np.linalg.inv(precision)
 

@@ -97,6 +97,8 @@ _BIAS_WARN = 0.10
 #: Positions and pilot rows used to predict the gradient-noise covariance.
 _N_PILOT_POSITIONS = 3
 _N_PILOT_ROWS = 2000
+#: Consecutive divergent warm-up updates after which a chain restarts at theta*.
+_MAX_STUCK = 20
 
 
 def _whiten(matrix, metric):
@@ -155,9 +157,20 @@ class _SGFamily(SamplerConfig):
     _step_factor = 0.2
 
     # ---------------------------------------------------------- validation
+    #: ``subsample_size="auto"`` is ``min(DEFAULT_SUBSAMPLE_SIZE, n)``.
+    DEFAULT_SUBSAMPLE_SIZE = 1000
+
+    def resolved_subsample_size(self, n_obs):
+        """Rows per minibatch for ``n_obs`` rows of data."""
+        if isinstance(self.subsample_size, str) and self.subsample_size == "auto":
+            return int(min(self.DEFAULT_SUBSAMPLE_SIZE, n_obs))
+        return int(self.subsample_size)
+
     def _validate_common(self, n_obs):
-        check_rows(self.subsample_size, "subsample_size", n_obs,
-                   "Use a smaller subsample_size or the full-data sampler='hmc'.")
+        if not (isinstance(self.subsample_size, str) and self.subsample_size == "auto"):
+            check_rows(self.subsample_size, "subsample_size", n_obs,
+                       "Use subsample_size='auto' (min(1000, n)), a smaller subsample_size "
+                       "or the full-data sampler='hmc'.")
         if not isinstance(self.control_variates, (bool, np.bool_)):
             raise ValueError(
                 f"control_variates must be True or False, got {self.control_variates!r}.")
@@ -218,11 +231,12 @@ class _SGFamily(SamplerConfig):
         return float(self.step_size), lam
 
     def _estimator(self, posterior, expansion):
+        m = self.resolved_subsample_size(posterior.n_obs)
         if not self.control_variates:
-            return posterior.gradient_estimator(int(self.subsample_size), None)
+            return posterior.gradient_estimator(m, None)
         order = int(self.taylor_order)
         ex = expansion if expansion.order == order else expansion._replace(order=order)
-        return posterior.gradient_estimator(int(self.subsample_size), ex)
+        return posterior.gradient_estimator(m, ex)
 
     @staticmethod
     def _noise_covariance(rng, estimator, thetas):
@@ -269,17 +283,31 @@ class _SGFamily(SamplerConfig):
             # the mode instead, which every update then keeps inside it.
             position = np.array(expansion.theta_star, dtype=float)
         kernel = self._make_kernel(rng, position, metric, eps)
+        kernel.guard = _MoveGuard(hess_metric, self._max_move(expansion, metric, eps, kernel))
+        n_skipped = 0
 
         schedule = set(refinement_schedule(n_warmup))
         centre_draws = np.inf
         window = []
         n_eval_warm = n_div_warm = n_refinements = 0
+        n_stuck = n_restarts = 0
         for it in range(n_warmup):
             info = kernel.step(rng, estimator)
             n_eval_warm += info.n_obs_evaluated
             n_div_warm += int(info.is_divergent)
             if callback is not None:
                 callback(it + 1, info.is_divergent, kernel.step_size)
+            n_stuck = n_stuck + 1 if info.is_divergent else 0
+            if n_stuck == _MAX_STUCK and n_restarts == 0:
+                # Every update from the start diverged: the random start (a
+                # Laplace draw around theta*) is where the curvature is far
+                # above the one the step size was set for.  Restart at theta*
+                # once, with a fresh kernel.
+                n_restarts, n_stuck = 1, 0
+                kernel = self._make_kernel(rng, expansion.theta_star, metric, eps)
+                kernel.guard = _MoveGuard(hess_metric,
+                                          self._max_move(expansion, metric, eps, kernel))
+                window = []
             window.append(kernel.position)
             if it + 1 in schedule:
                 # As for HMC (see _hmc_family): refresh theta* and M (one full
@@ -293,16 +321,25 @@ class _SGFamily(SamplerConfig):
                 ineff = kernel.inefficiency
                 noise = ineff * posterior.dim * (1.0 / len(recent) + 1.0 / centre_draws)
                 if dist2 - noise > 1.0:
+                    candidate = posterior.expand(centre, 2)
+                    n_eval_warm += candidate.n_obs_evaluated
+                    if not _finite_expansion(candidate):
+                        # The log posterior overflows at the draws' mean (e.g. a
+                        # Poisson rate exp(eta) beyond 1e308): keep theta*.
+                        n_skipped += 1
+                        continue
+                    expansion = candidate
                     centre_draws = len(recent)
-                    expansion = posterior.expand(centre, 2)
-                    n_eval_warm += expansion.n_obs_evaluated
                     n_refinements += 1
                     metric = self._metric(expansion)
                     eps, _ = self._step(expansion, metric)
                     estimator = estimator.recentre(expansion)
+                    hess_metric = metric_from_mass_matrix(expansion.neg_hessian, True)
                     kernel = self._make_kernel(rng, kernel.position, metric, eps)
+                    kernel.guard = _MoveGuard(hess_metric,
+                                              self._max_move(expansion, metric, eps, kernel))
                     window = []
-        extra = {}
+        extra = {"skipped_refinements": n_skipped, "restarted_at_reference": bool(n_restarts)}
         cost = kernel.finish_warmup(rng, estimator, window, extra)
         n_eval_warm += cost
         t_warm = time.perf_counter()
@@ -335,6 +372,36 @@ class _SGFamily(SamplerConfig):
             extra=extra, wall_time_warmup=t_warm - t_start, wall_time_sampling=t_end - t_warm)
 
 
+def _finite_expansion(expansion):
+    return bool(np.isfinite(expansion.loglik) and np.all(np.isfinite(expansion.grad))
+                and np.all(np.isfinite(expansion.neg_hessian)))
+
+
+class _MoveGuard:
+    """Flags an update that jumps implausibly far, as a divergence.
+
+    The distance is measured in posterior standard deviations at theta*
+    (the metric of the negative Hessian there, ``|L^T delta|`` with
+    ``H = L L^T``).  A stable fixed-step update moves ``O(sqrt(d))`` of them
+    (the injected noise, whose size the bound allows for); a move of more
+    than ``max_move`` means the step is beyond the stability limit of the
+    local curvature -- e.g. on the exponential wall of a Poisson likelihood,
+    whose curvature grows without bound -- and the chain would otherwise run
+    off to positions where the likelihood overflows.  Such an update is
+    undone and counted as divergent, like a non-finite one.
+    """
+
+    def __init__(self, hess_metric, max_move):
+        self.chol = hess_metric.mass_sqrt
+        self.max_move = float(max_move)
+
+    def too_far(self, old, new):
+        delta = np.asarray(new) - np.asarray(old)
+        with np.errstate(over="ignore", invalid="ignore"):
+            dist = float(np.linalg.norm(self.chol.T @ delta))
+        return not dist <= self.max_move
+
+
 class _StepInfo:
     __slots__ = ("is_divergent", "n_obs_evaluated", "n_steps")
 
@@ -361,10 +428,17 @@ class _SGLDDriver:
     def position(self):
         return self.state.position
 
+    guard = None
+
     def step(self, rng, estimator):
         divergent, cost = False, 0
         for _ in range(self.n_steps):
+            before = self.state
             self.state, info = sgld.step(rng, self.state, estimator, self.params)
+            if (not info.is_divergent and self.guard is not None
+                    and self.guard.too_far(before.position, self.state.position)):
+                self.state = before
+                divergent = True
             divergent |= info.is_divergent
             cost += info.n_obs_evaluated
         return _StepInfo(divergent, cost, self.n_steps)
@@ -400,8 +474,15 @@ class _SGHMCDriver:
     def position(self):
         return self.state.position
 
+    guard = None
+
     def step(self, rng, estimator):
+        before = self.state
         self.state, info = sghmc.step(rng, self.state, estimator, self.params)
+        if (not info.is_divergent and self.guard is not None
+                and self.guard.too_far(before.position, self.state.position)):
+            self.state = before
+            info = info._replace(is_divergent=True)
         if info.is_divergent:
             # Restart the momentum: the start state is kept, with a fresh r.
             self.state = self.state._replace(momentum=sample_momentum(rng, self.metric))
@@ -441,9 +522,11 @@ class SGLD(_SGFamily):
 
     Parameters
     ----------
-    subsample_size : int, default=1000
+    subsample_size : "auto" or int, default="auto"
         ``m``, rows per minibatch (drawn without replacement, fresh for every
-        gradient); must not exceed the data size.
+        gradient).  ``"auto"`` is ``min(1000, n)``: 1,000 rows, or all ``n``
+        rows of smaller data (the gradient is then exact and only the
+        discretisation bias remains).  An integer must not exceed ``n``.
     control_variates : bool, default=True
         Use Taylor control variates around theta* (Baker et al., 2019); False
         gives the plain minibatch gradient.
@@ -490,7 +573,7 @@ class SGLD(_SGFamily):
 
     name = "sgld"
 
-    def __init__(self, subsample_size=1000, control_variates=True, taylor_order=2,
+    def __init__(self, subsample_size="auto", control_variates=True, taylor_order=2,
                  step_size="auto", mass_matrix="dense", n_steps_per_draw=1,
                  reference_fraction=0.01):
         self.subsample_size = subsample_size
@@ -507,6 +590,13 @@ class SGLD(_SGFamily):
 
     def _auto_step(self, lam):
         return SGLD_STEP_FACTOR / lam
+
+    def _max_move(self, expansion, metric, eps, kernel):
+        """Largest plausible move of one update in posterior sds (see ``_MoveGuard``):
+        10 sds in every direction plus three times the injected noise,
+        ``sqrt(eps lambda_max)`` per direction."""
+        lam = self._lambda_max(expansion, metric)
+        return math.sqrt(expansion.theta_star.size) * (10.0 + 3.0 * math.sqrt(eps * lam))
 
     def _variance_inflation(self, eps, lam, v, metric, V):
         return sgld_variance_inflation(eps, lam, v)
@@ -573,7 +663,7 @@ reference_fraction
 
     name = "sghmc"
 
-    def __init__(self, subsample_size=1000, control_variates=True, taylor_order=2,
+    def __init__(self, subsample_size="auto", control_variates=True, taylor_order=2,
                  step_size="auto", mass_matrix="dense", n_integration_steps="auto",
                  friction=1.0, estimate_noise=False, resample_momentum=False,
                  reference_fraction=0.01):
@@ -600,6 +690,15 @@ reference_fraction
 
     def _auto_step(self, lam):
         return SGHMC_STEP_FACTOR / math.sqrt(lam)
+
+    def _max_move(self, expansion, metric, eps, kernel):
+        """Largest plausible move of one draw (``L`` updates) in posterior sds:
+        10 sds in every direction plus three times the distance the
+        integration time ``eps L`` covers at a typical velocity
+        (``sqrt(lambda_max)`` sds per unit time and direction)."""
+        lam = self._lambda_max(expansion, metric)
+        return math.sqrt(expansion.theta_star.size) * (
+            10.0 + 3.0 * eps * kernel.n_steps * math.sqrt(lam))
 
     def _n_steps(self, eps):
         if isinstance(self.n_integration_steps, str):
