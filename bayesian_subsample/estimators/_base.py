@@ -32,6 +32,7 @@ from ..diagnostics import (
     weighted_mean,
 )
 from ..samplers import SAMPLERS, SamplerConfig
+from ._validation import user_stacklevel
 
 __all__ = ["resolve_sampler", "seed_sequences", "run_chains", "check_positive_float",
            "check_sample_weight", "per_row_array", "SampledModelMixin"]
@@ -70,12 +71,16 @@ def resolve_sampler(sampler, subsample_size=None):
 def seed_sequences(random_state, n_children):
     """``n_children`` independent SeedSequences from one ``random_state``.
 
-    An int gives the same children every time; ``None`` fresh ones; a
+    An int gives the same children every time; ``None`` fresh ones from OS
+    entropy (``SeedSequence()``, leaving numpy's global state alone); a
     ``RandomState`` or ``Generator`` instance is advanced by one draw.
     """
+    if random_state is None:
+        # Fresh OS entropy, never the legacy global RandomState.
+        return np.random.SeedSequence().spawn(n_children)
     if isinstance(random_state, np.random.Generator):
         entropy = int(random_state.integers(2**63 - 1))
-    elif random_state is None or isinstance(random_state, np.random.RandomState):
+    elif isinstance(random_state, np.random.RandomState):
         entropy = int(check_random_state(random_state).randint(np.iinfo(np.int32).max))
     elif isinstance(random_state, numbers.Integral) and not isinstance(random_state, bool):
         if random_state < 0:
@@ -241,6 +246,19 @@ class SampledModelMixin:
     and call :meth:`_sample` from ``fit``.
     """
 
+    def set_params(self, **params):
+        """Set parameters; ``sampler__<name>`` also works when ``sampler`` is a string.
+
+        A sampler given by name is first replaced by its default configured
+        object (e.g. ``"sgld"`` by ``SGLD()``), whose ``<name>`` is then set,
+        so ``GridSearchCV`` can tune ``sampler__subsample_size`` without the
+        user building the object.
+        """
+        nested = any(key.startswith("sampler__") for key in params)
+        if nested and isinstance(self.sampler, str) and "sampler" not in params:
+            self.sampler = resolve_sampler(self.sampler)
+        return super().set_params(**params)
+
     def _check_sampling_params(self):
         _check_int(self.n_chains, "n_chains", 1)
         _check_int(self.n_warmup, "n_warmup", 0)
@@ -288,6 +306,9 @@ class SampledModelMixin:
             "sampling": float(sum(r.wall_time_sampling for r in results)),
         }
         self.sampler_info_ = [dict(r.extra) for r in results]
+        for message in sorted({r.extra["warning"] for r in results if "warning" in r.extra}):
+            warnings.warn(f"{config.name}: {message}.", ConvergenceWarning,
+                          stacklevel=user_stacklevel())
         self.n_divergent_ = int(self.sample_stats_["diverging"].sum())
         self.n_divergent_warmup_ = int(sum(r.n_divergent_warmup for r in results))
         return draws

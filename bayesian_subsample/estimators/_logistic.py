@@ -18,6 +18,7 @@ from ._base import (
 )
 from ._export import ArviZExportMixin
 from ._predictive import ClassifierPredictiveMixin
+from ._validation import check_data_scale, check_prior_scale
 
 __all__ = ["BayesianLogisticRegression"]
 
@@ -52,8 +53,11 @@ class BayesianLogisticRegression(ClassifierMixin, SampledModelMixin, ArviZExport
         parameters ``GridSearchCV`` can reach as ``sampler__subsample_size``.
         ``"hmc_ecs_signed"`` is ``HMCECS(estimator="signed")``: exact
         (sign-corrected) rather than perturbed.
-    prior_scale : float, default=10.0
-        Prior standard deviation of each coefficient.
+    prior_scale : float or array-like of shape (n_features,), default=10.0
+        Prior standard deviation of each coefficient: one number for all,
+        or one per feature (e.g. wider priors for features known to matter,
+        or scales from an ARD-style search).  It never applies to the
+        intercept, which has ``intercept_prior_scale``.
     intercept_prior_scale : float, default=10.0
         Prior standard deviation of the intercept.
     fit_intercept : bool, default=True
@@ -204,8 +208,12 @@ class BayesianLogisticRegression(ClassifierMixin, SampledModelMixin, ArviZExport
         -------
         self
         """
-        X, y = validate_data(self, X, y, dtype=[np.float64, np.float32], y_numeric=False)
+        # C order: the same values give the same draws whatever their memory
+        # layout (no copy when X is already C-contiguous).
+        X, y = validate_data(self, X, y, dtype=[np.float64, np.float32], y_numeric=False,
+                             order="C")
         check_classification_targets(y)
+        check_data_scale(X)
         sample_weight = check_sample_weight(sample_weight, X.shape[0])
         self.classes_, y_enc = np.unique(y, return_inverse=True)
         if sample_weight is not None:
@@ -256,7 +264,7 @@ class BayesianLogisticRegression(ClassifierMixin, SampledModelMixin, ArviZExport
     # these four methods; fit, prediction and the summaries use nothing else.
     def _validate_hyperparameters(self):
         """Check the model's own parameters (before any sampling)."""
-        check_positive_float(self.prior_scale, "prior_scale")
+        check_prior_scale(self.prior_scale, self.n_features_in_)
         check_positive_float(self.intercept_prior_scale, "intercept_prior_scale")
 
     def _build_model(self, X, y, sample_weight):
@@ -266,10 +274,10 @@ class BayesianLogisticRegression(ClassifierMixin, SampledModelMixin, ArviZExport
 
     def _build_prior(self, model):
         """Independent Gaussian prior, intercept first."""
-        scales = np.full(model.dim, float(self.prior_scale))
+        coef = check_prior_scale(self.prior_scale, self.n_features_in_)
         if self.fit_intercept:
-            scales[0] = float(self.intercept_prior_scale)
-        return GaussianPrior(scales)
+            return GaussianPrior(np.concatenate([[float(self.intercept_prior_scale)], coef]))
+        return GaussianPrior(coef)
 
     def _coef_names(self, n_features):
         """Names of the coefficients in ``coef_`` order."""
@@ -331,7 +339,7 @@ class BayesianLogisticRegression(ClassifierMixin, SampledModelMixin, ArviZExport
             Only when ``return_std`` is true.
         """
         check_is_fitted(self)
-        X = validate_data(self, X, reset=False, dtype=[np.float64, np.float32])
+        X = validate_data(self, X, reset=False, dtype=[np.float64, np.float32], order="C")
         if return_std:
             return self._predict_proba_std(X)
         W = self.coef_draws_.reshape(-1, self.coef_draws_.shape[-1])
@@ -351,7 +359,7 @@ class BayesianLogisticRegression(ClassifierMixin, SampledModelMixin, ArviZExport
     def predict_log_proba(self, X):
         """Logarithm of :meth:`predict_proba`, computed stably by log-sum-exp."""
         check_is_fitted(self)
-        X = validate_data(self, X, reset=False, dtype=[np.float64, np.float32])
+        X = validate_data(self, X, reset=False, dtype=[np.float64, np.float32], order="C")
         out = np.empty((X.shape[0], 2))
         for sl, lp0, lp1 in self._log_proba_blocks(X):
             out[sl, 0] = lp0
@@ -379,7 +387,7 @@ class BayesianLogisticRegression(ClassifierMixin, SampledModelMixin, ArviZExport
     _coef_dim = "feature"
 
     def _validate_predict_X(self, X):
-        return validate_data(self, X, reset=False, dtype=[np.float64, np.float32])
+        return validate_data(self, X, reset=False, dtype=[np.float64, np.float32], order="C")
 
     def _export_posterior(self):
         names = list(self._param_names_[1:] if self.fit_intercept else self._param_names_)

@@ -21,7 +21,7 @@ from __future__ import annotations
 import warnings
 
 import numpy as np
-from scipy.special import gammaln, ndtr, ndtri, pdtr
+from scipy.special import gammaln, ndtr, ndtri, pdtr, xlogy
 from sklearn.base import BaseEstimator, RegressorMixin
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils.validation import check_is_fitted, validate_data
@@ -37,6 +37,7 @@ from ._base import (
 )
 from ._export import ArviZExportMixin
 from ._predictive import RegressorPredictiveMixin
+from ._validation import check_data_scale, check_prior_scale
 
 __all__ = ["BayesianPoissonRegressor", "BayesianLinearRegression"]
 
@@ -172,10 +173,10 @@ class _BayesianRegressorBase(RegressorMixin, SampledModelMixin, ArviZExportMixin
 
     def _coef_scales(self, n_features):
         """Prior standard deviations of ``(intercept, coef)`` (intercept first if fitted)."""
-        scales = np.full(n_features + int(self.fit_intercept), float(self.prior_scale))
+        coef = check_prior_scale(self.prior_scale, n_features)
         if self.fit_intercept:
-            scales[0] = float(self.intercept_prior_scale)
-        return scales
+            return np.concatenate([[float(self.intercept_prior_scale)], coef])
+        return coef
 
     def _feature_names(self, n_features):
         if hasattr(self, "feature_names_in_"):
@@ -183,10 +184,14 @@ class _BayesianRegressorBase(RegressorMixin, SampledModelMixin, ArviZExportMixin
         return [f"x{j}" for j in range(n_features)]
 
     def _fit(self, X, y, sample_weight, **fit_kwargs):
-        X, y = validate_data(self, X, y, dtype=[np.float64, np.float32], y_numeric=True)
+        # C order: identical draws whatever the memory layout of X (no copy
+        # when X is already C-contiguous).
+        X, y = validate_data(self, X, y, dtype=[np.float64, np.float32], y_numeric=True,
+                             order="C")
         y = np.asarray(y, dtype=np.float64)
+        check_data_scale(X, y)
         sample_weight = check_sample_weight(sample_weight, X.shape[0])
-        check_positive_float(self.prior_scale, "prior_scale")
+        check_prior_scale(self.prior_scale, X.shape[1])
         check_positive_float(self.intercept_prior_scale, "intercept_prior_scale")
         self._check_sampling_params()
         model, prior = self._build(X, y, sample_weight, **fit_kwargs)
@@ -194,9 +199,6 @@ class _BayesianRegressorBase(RegressorMixin, SampledModelMixin, ArviZExportMixin
         self.sampler_.validate(X.shape[0])
         draws = self._sample(TallPosterior(model, prior))
         self._store_draws(draws)
-        self._check_convergence(self._all_draws())
-        if self.verbose:
-            self._report()
         return self
 
     def _split_coefficients(self, beta):
@@ -229,7 +231,7 @@ class _BayesianRegressorBase(RegressorMixin, SampledModelMixin, ArviZExportMixin
 
     def _validated_X(self, X):
         check_is_fitted(self)
-        return validate_data(self, X, reset=False, dtype=[np.float64, np.float32])
+        return validate_data(self, X, reset=False, dtype=[np.float64, np.float32], order="C")
 
     def _predict(self, X, return_std, extra):
         weights = self._weights()
@@ -276,8 +278,10 @@ _COMMON_PARAMS_DOC = """\
         ``"hmc"``, ``"hmc_ecs_signed"``, ``"sgld"``, ``"sghmc"``, ``"rwmh"``,
         ``"austerity_mh"``, ``"sbps"``, ...) or a configured sampler such as
         ``HMCECS(subsample_size=2000)``.
-    prior_scale : float, default=10.0
-        Prior standard deviation of each coefficient.
+    prior_scale : float or array-like of shape (n_features,), default=10.0
+        Prior standard deviation of each coefficient, one number for all or
+        one per feature; never applied to the intercept (see
+        ``intercept_prior_scale``).
     intercept_prior_scale : float, default=10.0
         Prior standard deviation of the intercept.
     fit_intercept : bool, default=True
@@ -418,7 +422,13 @@ class BayesianPoissonRegressor(_BayesianRegressorBase):
         -------
         self
         """
-        return self._fit(X, y, sample_weight, exposure=exposure)
+        self._fit(X, y, sample_weight, exposure=exposure)
+        # Diagnosed here, not in _fit, so that the ConvergenceWarning
+        # (stacklevel=3) points at the caller's line.
+        self._check_convergence(self._all_draws())
+        if self.verbose:
+            self._report()
+        return self
 
     def _build(self, X, y, sample_weight, exposure=None):
         if np.any(y < 0):
@@ -488,6 +498,42 @@ class BayesianPoissonRegressor(_BayesianRegressorBase):
         """
         X = self._validated_X(X)
         return self._predict(X, return_std, self._check_exposure(exposure, X.shape[0]))
+
+    def score(self, X, y, sample_weight=None):
+        """D^2, the fraction of Poisson deviance explained, as in
+        :meth:`sklearn.linear_model.PoissonRegressor.score`.
+
+        ``D^2 = 1 - D(y, mu) / D(y, ybar)`` with ``D`` the (weighted) Poisson
+        deviance, ``mu`` the posterior predictive mean :meth:`predict` and
+        ``ybar`` the weighted mean of ``y``.  1 is a perfect fit; 0 is no
+        better than the constant mean; it can be negative.  For a constant
+        ``y`` (zero null deviance) it is 1 for a perfect fit and 0 otherwise.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+        y : array-like of shape (n_samples,)
+            Non-negative counts.
+        sample_weight : array-like of shape (n_samples,), default=None
+
+        Returns
+        -------
+        float
+        """
+        mu = np.asarray(self.predict(X), dtype=np.float64)
+        y = per_row_array(y, "y", mu.shape[0])
+        if np.any(y < 0) or not np.all(np.isfinite(y)):
+            raise ValueError("score needs finite, non-negative counts y.")
+        w = np.ones_like(y) if sample_weight is None else check_sample_weight(
+            sample_weight, y.shape[0])
+        tiny = np.finfo(np.float64).tiny
+        mu = np.maximum(mu, tiny)
+        ybar = max(float(w @ y) / float(w.sum()), tiny)
+        dev = 2.0 * float(w @ (xlogy(y, y / mu) - y + mu))
+        dev_null = 2.0 * float(w @ (xlogy(y, y / ybar) - y + ybar))
+        if not dev_null > 0.0:
+            return 1.0 if dev <= 0.0 else 0.0
+        return 1.0 - dev / dev_null
 
     def predict_interval(self, X, alpha=0.1, exposure=None):
         """Equal-tailed ``1 - alpha`` posterior predictive interval of the counts.
@@ -679,7 +725,11 @@ class BayesianLinearRegression(_BayesianRegressorBase):
         -------
         self
         """
-        return self._fit(X, y, sample_weight)
+        self._fit(X, y, sample_weight)
+        self._check_convergence(self._all_draws())  # here: stacklevel=3 is the caller
+        if self.verbose:
+            self._report()
+        return self
 
     def _build(self, X, y, sample_weight):
         if self.noise_prior not in ("half_normal", "half_t"):

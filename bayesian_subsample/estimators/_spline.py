@@ -28,6 +28,7 @@ from ..models import (
     spline_prior_precision,
 )
 from ._base import check_positive_float
+from ._validation import check_prior_scale
 from ._logistic import BayesianLogisticRegression
 
 __all__ = ["BayesianSplineClassifier"]
@@ -130,8 +131,10 @@ class BayesianSplineClassifier(BayesianLogisticRegression):
         ignored; otherwise knots are unweighted quantiles.
     sampler : str or sampler object, default="hmc_ecs"
         As in :class:`BayesianLogisticRegression`; every back end works.
-    prior_scale : float, default=10.0
-        Ridge prior sd of each spline coefficient.
+    prior_scale : float or array-like of shape (n_features,), default=10.0
+        Ridge prior sd of each spline coefficient: one number, or one per
+        input covariate (shared by all the spline coefficients of that
+        covariate).  Never applied to the intercept.
     intercept_prior_scale : float, default=10.0
     fit_intercept : bool, default=True
         With False no B-spline is dropped (their sum plays the intercept).
@@ -257,7 +260,8 @@ class BayesianSplineClassifier(BayesianLogisticRegression):
 
     def _build_prior(self, model):
         Q = spline_prior_precision(
-            self.n_features_in_, self.n_basis_per_feature_, self.prior_scale,
+            self.n_features_in_, self.n_basis_per_feature_,
+            check_prior_scale(self.prior_scale, self.n_features_in_),
             self.difference_prior_scale,
             self.intercept_prior_scale if self.fit_intercept else None,
             dropped_last=self.fit_intercept,
@@ -341,7 +345,7 @@ class BayesianSplineClassifier(BayesianLogisticRegression):
             ``quantiles``, ``n_rows`` (rows averaged over).
         """
         check_is_fitted(self)
-        X = validate_data(self, X, reset=False, dtype=[np.float64, np.float32])
+        X = validate_data(self, X, reset=False, dtype=[np.float64, np.float32], order="C")
         j = self._feature_index(feature)
         q = np.asarray(quantiles, dtype=np.float64)
         if q.shape != (2,) or not (0.0 <= q[0] < q[1] <= 1.0):
@@ -428,14 +432,15 @@ class BayesianSplineClassifier(BayesianLogisticRegression):
         ax : matplotlib Axes
         """
         check_is_fitted(self)
-        X = validate_data(self, X, reset=False, dtype=[np.float64, np.float32])
+        X_in = X  # validated once more (with its column names) by partial_dependence
+        X = validate_data(self, X, reset=False, dtype=[np.float64, np.float32], order="C")
         y = np.asarray(y)
         if y.shape != (X.shape[0],):
             raise ValueError(f"y must have shape ({X.shape[0]},) to match X, got {y.shape}.")
         if isinstance(n_bins, bool) or not isinstance(n_bins, numbers.Integral) or n_bins < 1:
             raise ValueError(f"n_bins must be a positive integer, got {n_bins!r}.")
         import matplotlib.pyplot as plt  # optional dependency, only needed here
-        pd = self.partial_dependence(X, feature, grid=grid, quantiles=quantiles,
+        pd = self.partial_dependence(X_in, feature, grid=grid, quantiles=quantiles,
                                      max_rows=max_rows)
         x = np.asarray(X[:, pd.feature_index], dtype=np.float64)
         event = (y == self.classes_[1]).astype(np.float64)

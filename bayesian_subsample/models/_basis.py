@@ -307,19 +307,22 @@ def spline_prior_precision(n_features, n_basis, prior_scale, difference_prior_sc
     polynomial trends of degree < ``order`` in the coefficients); the ridge
     term makes the prior proper.  Covariates are independent a priori; the
     intercept, when ``intercept_prior_scale`` is given, comes first with
-    precision ``1 / intercept_prior_scale^2``.
+    precision ``1 / intercept_prior_scale^2``.  ``prior_scale`` is one number
+    or one per covariate (shape ``(n_features,)``), the ridge scale of all
+    coefficients of that covariate.
 
     Returns
     -------
     ndarray of shape (dim, dim)
         ``dim = int(intercept given) + n_features * n_basis``.
     """
-    block = np.eye(n_basis) / float(prior_scale) ** 2
+    scales = np.broadcast_to(np.asarray(prior_scale, dtype=np.float64), (n_features,))
+    penalty = np.zeros((n_basis, n_basis))
     if difference_prior_scale is not None:
         size = n_basis + int(bool(dropped_last))
         if size > order:
             D = difference_matrix(size, order)[:, :n_basis]
-            block = block + D.T @ D / float(difference_prior_scale) ** 2
+            penalty = D.T @ D / float(difference_prior_scale) ** 2
     offset = int(intercept_prior_scale is not None)
     dim = offset + n_features * n_basis
     Q = np.zeros((dim, dim))
@@ -327,5 +330,5 @@ def spline_prior_precision(n_features, n_basis, prior_scale, difference_prior_sc
         Q[0, 0] = 1.0 / float(intercept_prior_scale) ** 2
     for j in range(n_features):
         s = offset + j * n_basis
-        Q[s:s + n_basis, s:s + n_basis] = block
+        Q[s:s + n_basis, s:s + n_basis] = np.eye(n_basis) / scales[j] ** 2 + penalty
     return Q

@@ -158,6 +158,11 @@ class GLM:
             raise ValueError(
                 f"y must have shape ({X.shape[0]},) to match X, got {y.shape}."
             )
+        if type(X) is np.ndarray and not X.flags.c_contiguous:
+            # Row gathers and chunk products then see the same layout, hence
+            # give bit-identical sums, whatever order the caller's array had.
+            # (A memory-mapped X is left as it is: no full-size copy.)
+            X = np.ascontiguousarray(X)
         self.X = X
         self.y = np.asarray(y, dtype=np.float64)
         self.family = family

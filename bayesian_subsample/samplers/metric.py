@@ -40,6 +40,11 @@ def metric_from_mass_matrix(mass_matrix, dense=True):
     is used.
     """
     mass_matrix = np.asarray(mass_matrix, dtype=np.float64)
+    if not np.all(np.isfinite(mass_matrix)):
+        raise ValueError(
+            "The mass matrix (the negative Hessian of the log posterior at the reference "
+            "point) is not finite: the log-likelihood overflows there. Standardise the "
+            "features (and rescale the target), or use a tighter prior_scale.")
     if mass_matrix.ndim == 1:
         dense = False
         diag = mass_matrix
