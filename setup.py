@@ -43,7 +43,7 @@ setup(
         # series there), ArviZ 1.x (DataTree-native) from Python 3.12.
         "test": [
             "pytest>=7",
-            "hypothesis",
+            "hypothesis>=6",
             "pandas",
             "matplotlib>=3.5",
             "tqdm",

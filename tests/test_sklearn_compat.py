@@ -1,4 +1,9 @@
-"""scikit-learn's own estimator checks, with tiny sampling settings."""
+"""scikit-learn's own estimator checks for every estimator with every sampler.
+
+Each sampler runs at its default settings (the defaults must work on the
+checks' small data sets: 20 to 150 rows); only the sampling length is tiny.  (BayesianSplineClassifier with the default
+sampler is also checked in tests/test_spline.py.)
+"""
 
 import warnings
 
@@ -6,8 +11,13 @@ import pytest
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
-from bayesian_subsample import HMC, HMCECS, BayesianLogisticRegression
-from bayesian_subsample import BayesianLinearRegression, BayesianPoissonRegressor
+from bayesian_subsample import (
+    BayesianLinearRegression,
+    BayesianLogisticRegression,
+    BayesianPoissonRegressor,
+    BayesianSplineClassifier,
+)
+from bayesian_subsample.samplers import SAMPLERS
 
 _EXPECTED_FAILURES = {
     "check_sample_weight_equivalence_on_dense_data": (
@@ -17,25 +27,71 @@ _EXPECTED_FAILURES = {
     ),
 }
 
+#: Short runs: the checks test the API, not the posterior.
+_TINY = dict(n_chains=2, n_warmup=20, n_draws=20, random_state=0)
+
+
+# The piecewise-deterministic samplers' event searches can hang on the
+# checks' tiny data sets (e.g. psbps with BayesianPoissonRegressor); that is
+# issue 18's work, done in parallel.  The coordinator removes this table after
+# merging it, so that every sampler is checked.
+_OWNED_BY_ISSUE_18 = {
+    "sbps": "PDMP event searches without a bound (issue 18)",
+    "psbps": "PDMP event searches without a bound (issue 18)",
+}
+
 
 def _expected_failed_checks(estimator):
     return _EXPECTED_FAILURES
 
 
+def _every_sampler():
+    out = []
+    for name in sorted(SAMPLERS):
+        out.append(BayesianLogisticRegression(sampler=name, **_TINY))
+        out.append(BayesianSplineClassifier(sampler=name, n_knots=4, **_TINY))
+        if name != "bps":
+            # Full-data BPS needs a global bound on the curvature of the
+            # log-likelihood, which the Poisson and the linear model (unknown
+            # noise scale) do not have: their fit refuses sampler="bps" with a
+            # ValueError naming sbps and hmc instead (doc/pdmp.rst).
+            out.append(BayesianPoissonRegressor(sampler=name, **_TINY))
+            out.append(BayesianLinearRegression(sampler=name, **_TINY))
+    return out
+
+
+def _check(estimator, check):
+    if estimator.sampler in _OWNED_BY_ISSUE_18:
+        pytest.skip(_OWNED_BY_ISSUE_18[estimator.sampler])
+    name = getattr(check, "func", check).__name__
+    if name in _EXPECTED_FAILURES:  # known to fail: do not spend ~10 s running it
+        pytest.xfail(_EXPECTED_FAILURES[name])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        check(estimator)
+
+
+#: In the default suite: every estimator with the default sampler, plus the
+#: samplers whose defaults used to fail on the checks' small data sets.
 @parametrize_with_checks(
     [
-        BayesianLogisticRegression(n_chains=2, n_warmup=40, n_draws=40, random_state=0),
-        BayesianLogisticRegression(sampler=HMC(), n_chains=2, n_warmup=40, n_draws=40,
-                                   random_state=0),
-        # Mini-batches of 5 rows: some check data sets have only ~20 rows.
-        BayesianLogisticRegression(sampler=HMCECS(estimator="signed", batch_size=5),
-                                   n_chains=2, n_warmup=40, n_draws=40, random_state=0),
-        BayesianPoissonRegressor(n_chains=2, n_warmup=40, n_draws=40, random_state=0),
-        BayesianLinearRegression(n_chains=2, n_warmup=40, n_draws=40, random_state=0),
+        BayesianLogisticRegression(**_TINY),
+        BayesianLogisticRegression(sampler="hmc", **_TINY),
+        BayesianLogisticRegression(sampler="hmc_ecs_signed", **_TINY),
+        BayesianLogisticRegression(sampler="sgld", **_TINY),
+        BayesianLogisticRegression(sampler="austerity_mh", **_TINY),
+        BayesianPoissonRegressor(**_TINY),
+        BayesianLinearRegression(**_TINY),
     ],
     expected_failed_checks=_expected_failed_checks,
 )
 def test_sklearn_compatible_estimator(estimator, check):
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", ConvergenceWarning)
-        check(estimator)
+    _check(estimator, check)
+
+
+#: The whole grid, every estimator x every sampler at its defaults (about ten
+#: minutes on two cores): run with ``-m slow``.
+@pytest.mark.slow
+@parametrize_with_checks(_every_sampler(), expected_failed_checks=_expected_failed_checks)
+def test_sklearn_compatible_with_every_sampler(estimator, check):
+    _check(estimator, check)

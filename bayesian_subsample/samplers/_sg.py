@@ -223,9 +223,17 @@ class _SGFamily(SamplerConfig):
     def _lambda_max(self, expansion, metric):
         return float(eigenvalue_range(expansion.neg_hessian, metric.inverse_mass_matrix)[1])
 
-    def _step(self, expansion, metric):
-        """``(eps, lambda_max)``: the fixed or default step size (module notes)."""
-        lam = self._lambda_max(expansion, metric)
+    def _step(self, expansion, metric, earlier=()):
+        """``(eps, lambda_max)``: the fixed or default step size (module notes).
+
+        ``earlier``: negative Hessians at previous reference points of this
+        chain; ``lambda_max`` is the largest curvature, in the current metric,
+        at any of them and at theta*, so that moving theta* to where the
+        posterior is flatter never makes the step unstable where it was stiff.
+        """
+        lam = max([self._lambda_max(expansion, metric)]
+                  + [float(eigenvalue_range(H, metric.inverse_mass_matrix)[1])
+                     for H in earlier])
         if isinstance(self.step_size, str):
             return self._auto_step(lam), lam
         return float(self.step_size), lam
@@ -291,6 +299,7 @@ class _SGFamily(SamplerConfig):
         window = []
         n_eval_warm = n_div_warm = n_refinements = 0
         n_stuck = n_restarts = 0
+        seen = [expansion.neg_hessian]  # negative Hessians at every theta* so far
         for it in range(n_warmup):
             info = kernel.step(rng, estimator)
             n_eval_warm += info.n_obs_evaluated
@@ -331,10 +340,16 @@ class _SGFamily(SamplerConfig):
                     expansion = candidate
                     centre_draws = len(recent)
                     n_refinements += 1
-                    metric = self._metric(expansion)
-                    eps, _ = self._step(expansion, metric)
+                    # The control variates move to the new theta*; the mass
+                    # matrix stays the one of the first theta*, and the step
+                    # size respects the largest curvature at any theta* so far.
+                    # (On a posterior whose curvature varies, a metric from a
+                    # flatter region with a step for the stiffest one would
+                    # freeze the chain; on tall data the Hessian hardly varies
+                    # and nothing changes.)
+                    seen.append(expansion.neg_hessian)
+                    eps, _ = self._step(expansion, metric, seen[:-1])
                     estimator = estimator.recentre(expansion)
-                    hess_metric = metric_from_mass_matrix(expansion.neg_hessian, True)
                     kernel = self._make_kernel(rng, kernel.position, metric, eps)
                     kernel.guard = _MoveGuard(hess_metric,
                                               self._max_move(expansion, metric, eps, kernel))

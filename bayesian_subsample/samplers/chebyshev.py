@@ -69,7 +69,13 @@ def eigenvalue_range(hessian, inverse_mass_matrix):
         s = np.sqrt(Minv)
         A = s[:, None] * H * s[None, :]
     else:
-        C = np.linalg.cholesky(Minv)
+        try:
+            C = np.linalg.cholesky(Minv)
+        except np.linalg.LinAlgError:
+            # M^{-1} of an ill-conditioned M can fail the factorisation in
+            # floating point; the eigenvalues of M^{-1} H are still real.
+            ev = np.sort(np.linalg.eigvals(Minv @ H).real)
+            return float(ev[0]), float(ev[-1])
         A = C.T @ H @ C
     ev = np.linalg.eigvalsh(0.5 * (A + A.T))
     return float(ev[0]), float(ev[-1])
