@@ -97,6 +97,8 @@ _BIAS_WARN = 0.10
 #: Positions and pilot rows used to predict the gradient-noise covariance.
 _N_PILOT_POSITIONS = 3
 _N_PILOT_ROWS = 2000
+#: Cap of SG-HMC's automatic number of updates per draw.
+_MAX_AUTO_STEPS = 1000
 #: Consecutive divergent warm-up updates after which a chain restarts at theta*.
 _MAX_STUCK = 20
 
@@ -639,7 +641,8 @@ reference_fraction
         is 0.2 with the dense Hessian mass matrix.
     n_integration_steps : "auto" or int, default="auto"
         ``L``, updates per draw.  ``"auto"``: ``max(1, round(1.2 / eps))``, the
-        HMC-ECS trajectory length ``eps L = 1.2`` (Dang et al., 2019, §6.4).
+        HMC-ECS trajectory length ``eps L = 1.2`` (Dang et al., 2019, §6.4),
+        at most 1,000.
     friction : float, default=1.0
         ``gamma`` in ``C = gamma M``: the friction rate ``C M^{-1}`` is
         ``gamma I`` in units of inverse integration time, whatever the mass
@@ -717,7 +720,10 @@ reference_fraction
 
     def _n_steps(self, eps):
         if isinstance(self.n_integration_steps, str):
-            return max(1, int(round(1.2 / eps)))
+            # Capped like HMC's max_integration_steps: a tiny step (a posterior
+            # whose curvature grows without bound, e.g. an exponential
+            # Poisson wall) must not turn one draw into millions of updates.
+            return max(1, min(_MAX_AUTO_STEPS, int(round(1.2 / eps))))
         return int(self.n_integration_steps)
 
     def _variance_inflation(self, eps, lam, v, metric, V):
