@@ -9,7 +9,7 @@ iteration.
 from ._version import __version__
 from .estimators import BayesianLogisticRegression
 from .estimators import BayesianLinearRegression, BayesianPoissonRegressor
-from .estimators import BayesianSplineClassifier
+from .estimators import BayesianSplineClassifier, WorkerLostError
 from .estimators import GibbsResult, GibbsSampler
 from .models import BinaryMRF
 from .estimators import BayesianMLPClassifier, BayesianMLPRegressor
@@ -33,6 +33,7 @@ __all__ = [
     "SBPS",
     "SGHMC",
     "SGLD",
+    "WorkerLostError",
     "pSBPS",
     "__version__",
 ]

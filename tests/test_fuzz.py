@@ -60,37 +60,6 @@ _INVALID_FOR_CLASSIFIERS = {"one_class": ("class",), "one_row": ("class",)}
 #: Seconds a single fit may take before it counts as a hang.
 _FIT_BUDGET = 30
 
-# Failures that belong to the piecewise-deterministic samplers, the
-# convergence report and the noise scale of BayesianLinearRegression under
-# stochastic-gradient and signed samplers, which issue 18 fixes in parallel.
-# The coordinator removes this table after merging that work; every other
-# combination must pass now.  Keys are (sampler, estimator, kind, message):
-# "*" matches anything; a message of None skips the combination entirely,
-# otherwise only an exception whose text contains the message is tolerated.
-_OWNED_BY_ISSUE_18 = {
-    # BPS/SBPS/pSBPS: event searches without a bound hang or raise
-    # LinAlgError / ZeroDivisionError on degenerate data.
-    ("bps", "*", "*", None): "PDMP hangs and raw numerical errors",
-    ("sbps", "*", "*", None): "PDMP hangs and raw numerical errors",
-    ("psbps", "*", "*", None): "PDMP hangs and raw numerical errors",
-    # SGLD/SG-HMC and signed HMC-ECS on the linear model step to sigma <= 0.
-    ("sgld", "linear", "*", None): "sigma <= 0 from SG samplers",
-    ("sghmc", "linear", "*", None): "sigma <= 0 from SG samplers",
-    ("hmc_ecs_signed", "linear", "*", None): "sigma <= 0 from signed HMC-ECS",
-    # _check_convergence crashes (np.nanargmax) when every R-hat is NaN: a
-    # chain that never moved, e.g. an SG chain whose every update diverged on
-    # a tiny Poisson data set, or MH on a degenerate posterior.
-    ("*", "*", "*", "All-NaN slice encountered"): "convergence report on constant chains",
-}
-
-
-def _owned_by_issue_18(sampler, estimator, kind, message=None):
-    """Whether the combination (or, with ``message``, this error) is issue 18's."""
-    for (s, e, k, m) in _OWNED_BY_ISSUE_18:
-        if s in ("*", sampler) and e in ("*", estimator) and k in ("*", kind):
-            if m is None or (message is not None and m in message):
-                return True
-    return False
 
 
 class _Hang(BaseException):
@@ -176,7 +145,6 @@ def _check_fitted(est, X, classifier):
        kind=st.sampled_from(KINDS), n=st.integers(2, 40), d=st.integers(1, 4),
        seed=st.integers(0, 2**16))
 def test_fuzz_estimators_and_samplers(estimator, sampler, kind, n, d, seed):
-    assume(not _owned_by_issue_18(sampler, estimator, kind))
     if kind == "string_labels":
         assume(estimator in ("logistic", "spline"))
     classifier = estimator in ("logistic", "spline")
@@ -194,8 +162,6 @@ def test_fuzz_estimators_and_samplers(estimator, sampler, kind, n, d, seed):
             try:
                 est.fit(X, y, **kwargs)
             except Exception as exc:
-                if _owned_by_issue_18(sampler, estimator, kind, str(exc)):
-                    return
                 if not isinstance(exc, (ValueError, TypeError)):
                     raise
                 words = invalid.get(kind)

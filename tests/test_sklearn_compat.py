@@ -31,16 +31,6 @@ _EXPECTED_FAILURES = {
 _TINY = dict(n_chains=2, n_warmup=20, n_draws=20, random_state=0)
 
 
-# The piecewise-deterministic samplers' event searches can hang on the
-# checks' tiny data sets (e.g. psbps with BayesianPoissonRegressor); that is
-# issue 18's work, done in parallel.  The coordinator removes this table after
-# merging it, so that every sampler is checked.
-_OWNED_BY_ISSUE_18 = {
-    "sbps": "PDMP event searches without a bound (issue 18)",
-    "psbps": "PDMP event searches without a bound (issue 18)",
-}
-
-
 def _expected_failed_checks(estimator):
     return _EXPECTED_FAILURES
 
@@ -61,8 +51,6 @@ def _every_sampler():
 
 
 def _check(estimator, check):
-    if estimator.sampler in _OWNED_BY_ISSUE_18:
-        pytest.skip(_OWNED_BY_ISSUE_18[estimator.sampler])
     name = getattr(check, "func", check).__name__
     if name in _EXPECTED_FAILURES:  # known to fail: do not spend ~10 s running it
         pytest.xfail(_EXPECTED_FAILURES[name])

@@ -1,5 +1,6 @@
 """Scikit-learn estimators whose ``fit`` runs MCMC (the only layer using sklearn/joblib)."""
 
+from ._base import WorkerLostError
 from ._gibbs import GibbsResult, GibbsSampler
 from ._logistic import BayesianLogisticRegression
 from ._mlp import BayesianMLPClassifier, BayesianMLPRegressor
@@ -8,4 +9,4 @@ from ._spline import BayesianSplineClassifier
 
 __all__ = ["BayesianLinearRegression", "BayesianLogisticRegression", "BayesianMLPClassifier",
            "BayesianMLPRegressor", "BayesianPoissonRegressor", "BayesianSplineClassifier",
-           "GibbsResult", "GibbsSampler"]
+           "GibbsResult", "GibbsSampler", "WorkerLostError"]

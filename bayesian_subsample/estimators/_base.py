@@ -8,12 +8,38 @@ dispatch, so the draws are bit-identical for any ``n_jobs`` and any joblib
 backend.  Chains run through :class:`sklearn.utils.parallel.Parallel` with no
 backend hard-coded, so ``joblib.parallel_config(backend="dask")`` moves them
 to a cluster unchanged.
+
+A fit is atomic.  ``fit`` works on a copy of the estimator and commits all
+fitted attributes in one step at the end, so an exception, a Ctrl-C or a lost
+worker leaves the estimator as it was (unfitted, or the previous fit).  While
+the chains run, Ctrl-C does not raise inside them: it sets a stop flag
+(:class:`_FitStop`) that every chain driver checks once per iteration, in the
+main process (sequential and threading backends) or through a flag file
+(process backends: loky, multiprocessing, dask on this machine), so every
+chain ends within an iteration and returns the draws it completed.  The fit
+then raises ``KeyboardInterrupt`` with the estimator unchanged, or, with
+``keep_partial_draws=True``, keeps the completed draws.  A second Ctrl-C
+raises at once.  A watchdog thread notices a chain whose worker process died
+(the out-of-memory killer's SIGKILL) and ends the fit with
+:class:`WorkerLostError` instead of waiting for a result that will never come.
+Each chain returns its final sampler state, adapted parameters and random
+generator state, so :meth:`SampledModelMixin.continue_sampling` continues the
+chains exactly.
 """
 
 from __future__ import annotations
 
+import contextlib
+import copy
+import hashlib
 import numbers
+import os
+import shutil
+import signal
+import socket
+import tempfile
 import threading
+import time
 import warnings
 
 import numpy as np
@@ -35,7 +61,259 @@ from ..samplers import SAMPLERS, SamplerConfig
 from ._validation import user_stacklevel
 
 __all__ = ["resolve_sampler", "seed_sequences", "run_chains", "check_positive_float",
-           "check_sample_weight", "per_row_array", "SampledModelMixin"]
+           "check_sample_weight", "per_row_array", "SampledModelMixin", "WorkerLostError"]
+
+
+class WorkerLostError(RuntimeError):
+    """A worker process running a chain died before returning its draws.
+
+    The usual cause is the operating system's out-of-memory killer (SIGKILL);
+    the estimator is left unchanged.
+    """
+
+
+class _WorkerLost(BaseException):
+    """Raised in the main thread by the SIGINT handler when the watchdog saw a
+    dead worker (a BaseException, so that nothing between it and
+    :func:`run_chains` swallows it)."""
+
+
+#: Seconds between two looks at the stop-flag file in a worker process.
+_STOP_POLL = 0.05
+#: Seconds between two looks at the chain workers' liveness.
+_WATCH_POLL = 0.1
+#: Seconds the chains get to return their draws after a stop request before
+#: the fit stops waiting (a chain not yet started in a worker has no draws).
+_STOP_GRACE = 0.5
+
+
+class _FitStop:
+    """The stop flag of one fit, readable by chains in any worker.
+
+    In the process that created it the flag is a :class:`threading.Event`.  A
+    pickled copy (a chain in a worker process) reads a file instead: the
+    chains may run while ``go`` exists in the fit's private directory, so
+    removing the file, or the whole directory when the fit ends, stops them.
+    A worker on another machine ignores the file (its chain then runs to the
+    end: stopping it is left to the backend, e.g. dask cancelling it).  The
+    same directory holds one ``chain-<i>.pid`` file per chain running in a
+    worker process, which the watchdog of :func:`run_chains` reads.
+    """
+
+    def __init__(self):
+        self.pid = os.getpid()
+        self.host = socket.gethostname()
+        try:
+            self.directory = tempfile.mkdtemp(prefix="bayesian_subsample-fit-")
+            self.go = os.path.join(self.directory, "go")
+            open(self.go, "w").close()
+        except OSError:
+            # No writable temporary directory: chains in worker processes then
+            # run on after a stop request until the backend aborts them;
+            # in-process chains stop as usual.
+            self.directory = self.go = os.path.join(os.sep, "nonexistent-bayesian-subsample")
+            self.host = None
+        self._event = threading.Event()
+        self._local = True
+        self._uses_file = False
+        self._next_look = 0.0
+
+    def __getstate__(self):
+        state = dict(vars(self))
+        state["_event"] = None
+        return state
+
+    def __setstate__(self, state):
+        vars(self).update(state)
+        self._event = threading.Event()
+        self._local = os.getpid() == self.pid
+        self._uses_file = not self._local and socket.gethostname() == self.host
+
+    def set(self):
+        self._event.set()
+        with contextlib.suppress(OSError):
+            os.remove(self.go)
+
+    def is_set(self):
+        if self._event.is_set():
+            return True
+        if not self._uses_file:
+            return False
+        now = time.monotonic()
+        if now < self._next_look:
+            return False
+        self._next_look = now + _STOP_POLL
+        if not os.path.exists(self.go):
+            self._event.set()
+            return True
+        return False
+
+    def pid_file(self, chain):
+        return os.path.join(self.directory, f"chain-{chain}.pid")
+
+    def cleanup(self):
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def _chain_guard(stop, chain):
+    """Inside a worker process: announce the chain's pid to the watchdog, and
+    turn a SIGINT reaching the worker (Ctrl-C in a terminal signals the whole
+    process group) into the stop flag, so the chain returns what it drew."""
+    if stop is None or os.getpid() == stop.pid:
+        yield
+        return
+    pid_file = None
+    if stop._uses_file and os.path.isdir(stop.directory):
+        pid_file = stop.pid_file(chain)
+        with contextlib.suppress(OSError), open(pid_file, "w") as fh:
+            fh.write(str(os.getpid()))
+    previous = None
+    if threading.current_thread() is threading.main_thread():
+        previous = signal.signal(signal.SIGINT, lambda signum, frame: stop._event.set())
+    try:
+        yield
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGINT, previous)
+        if pid_file is not None:
+            with contextlib.suppress(OSError):
+                os.remove(pid_file)
+
+
+def _process_exit(pid):
+    """None while ``pid`` runs, else a description of how it ended."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return ("ended (killed by a signal such as SIGKILL, or exited; its parent collected "
+                "the exit status)")
+    except PermissionError:
+        return None
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            fields = fh.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    if fields[0] not in ("Z", "X"):
+        return None
+    try:
+        code = int(fields[49])
+    except (IndexError, ValueError):
+        return "died"
+    if code & 0x7F:
+        try:
+            name = signal.Signals(code & 0x7F).name
+        except ValueError:
+            name = f"signal {code & 0x7F}"
+        return f"was killed by {name}"
+    return f"exited with status {code >> 8}"
+
+
+class _Watchdog(threading.Thread):
+    """Polls the pid files of running chains; on a dead worker, stops the fit.
+
+    Also ends the wait for the chains ``_STOP_GRACE`` seconds after a stop
+    request (SIGINT to the main thread, whose handler then raises): chains
+    that are running return within an iteration, and one that has not
+    started yet (a worker process still importing) has nothing to return.
+    """
+
+    def __init__(self, stop, interrupt):
+        super().__init__(name="bayesian_subsample-watchdog", daemon=True)
+        self.stop_flag = stop
+        self.interrupt = interrupt
+        self.lost = None
+        self.stop_time = None
+        self._done = threading.Event()
+
+    def run(self):
+        import _thread
+
+        gave_up = False
+        while not self._done.wait(_WATCH_POLL):
+            if (self.interrupt and not gave_up and self.stop_time is not None
+                    and time.monotonic() > self.stop_time + _STOP_GRACE):
+                gave_up = True
+                _thread.interrupt_main(signal.SIGINT)
+            try:
+                names = [f for f in os.listdir(self.stop_flag.directory) if f.endswith(".pid")]
+            except OSError:
+                return
+            for name in names:
+                try:
+                    with open(os.path.join(self.stop_flag.directory, name)) as fh:
+                        pid = int(fh.read())
+                except (OSError, ValueError):
+                    continue  # being written or removed
+                how = _process_exit(pid)
+                if how is None or not os.path.exists(os.path.join(self.stop_flag.directory,
+                                                                  name)):
+                    continue
+                self.lost = (int(name[6:-4]), pid, how)
+                self.stop_flag.set()
+                if self.interrupt:
+                    _thread.interrupt_main(signal.SIGINT)
+                return
+
+    def finish(self):
+        self._done.set()
+        if self.is_alive():
+            self.join()
+
+
+def _lost_worker_error(chain, pid, how):
+    return WorkerLostError(
+        f"The worker process (pid {pid}) running chain {chain} {how} before the chain "
+        "finished. The usual cause is the operating system's out-of-memory killer, which "
+        "ends a process with SIGKILL when memory runs out (see `dmesg` or the system log); "
+        "another process or a job scheduler may also have signalled it. The other chains "
+        "were stopped and the estimator is unchanged. Use fewer parallel chains (n_jobs), "
+        "pass X as a numpy.memmap, or give the workers more memory.")
+
+
+@contextlib.contextmanager
+def _deferred_sigint(stop, watchdog):
+    """While the chains run: the first SIGINT sets ``stop``, a second raises.
+
+    Only in the main thread (elsewhere Python delivers no signals).  The
+    watchdog raises SIGINT too; the handler then raises :class:`_WorkerLost`.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield False
+        return
+
+    def handler(signum, frame):
+        if watchdog.lost is not None:
+            raise _WorkerLost()
+        if stop._event.is_set():
+            raise KeyboardInterrupt
+        stop.set()
+        watchdog.stop_time = time.monotonic()
+
+    previous = signal.signal(signal.SIGINT, handler)
+    try:
+        yield True
+    finally:
+        signal.signal(signal.SIGINT, previous if previous is not None
+                      else signal.default_int_handler)
+
+
+@contextlib.contextmanager
+def _signals_held():
+    """Defer SIGINT (main thread) across a few statements that must not be cut."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    pending = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: pending.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous if previous is not None
+                      else signal.default_int_handler)
+    if pending:
+        raise KeyboardInterrupt
 
 
 def resolve_sampler(sampler, subsample_size=None):
@@ -132,8 +410,14 @@ class _SingleThreadedBLAS:
         return False
 
 
-def _run_one_chain(config, seed, posterior, prepared, n_warmup, n_draws, progress=None):
+def _run_one_chain(config, seed, posterior, prepared, n_warmup, n_draws, stop=None,
+                   resume=None, chain=0, progress=None):
     """Module-level chain task (picklable for every joblib backend).
+
+    ``seed`` is the chain's SeedSequence, or, to continue a chain, the
+    ``bit_generator.state`` its generator ended in.  Returns the ChainResult
+    whose ``resume`` is ``{"rng": final generator state, "chain": the driver's
+    own resume data}`` (None if the chain cannot be continued).
 
     BLAS runs single-threaded inside a chain: the products are small (HMC-ECS)
     or already parallel across chains, and a fixed thread count makes the
@@ -143,51 +427,137 @@ def _run_one_chain(config, seed, posterior, prepared, n_warmup, n_draws, progres
     restored by :class:`_SingleThreadedBLAS`, safe under concurrent chains in
     one process: the threading backend gives the same draws as the process
     backends, and the caller's BLAS thread count is the same after ``fit`` as
-    before.
+    before.  ``progress=(chain, mode)`` shows a live progress display.
     """
-    if progress is not None:
-        return _run_one_chain_with_progress(config, seed, posterior, prepared, n_warmup,
-                                            n_draws, progress)
-    with _SingleThreadedBLAS():
-        return config.run_chain(np.random.default_rng(seed), posterior, prepared, n_warmup,
-                                n_draws)
+    if isinstance(seed, dict):
+        rng = np.random.Generator(np.random.PCG64())
+        rng.bit_generator.state = seed
+    else:
+        rng = np.random.default_rng(seed)
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(_chain_guard(stop, chain))
+        callback = None
+        if progress is not None:
+            from ._progress import ChainProgress
+
+            callback = stack.enter_context(
+                ChainProgress(progress[0], n_warmup, n_draws, mode=progress[1]))
+        stack.enter_context(_SingleThreadedBLAS())
+        result = config.run_chain(rng, posterior, prepared, n_warmup, n_draws,
+                                  callback=callback, stop=stop, resume=resume)
+    token = None
+    if result.resume is not None:
+        token = {"rng": rng.bit_generator.state, "chain": result.resume}
+    return result._replace(resume=token)
 
 
-def _run_one_chain_with_progress(config, seed, posterior, prepared, n_warmup, n_draws,
-                                 progress):
-    """:func:`_run_one_chain` with a live progress display (``progress=(chain, mode)``)."""
-    from ._progress import ChainProgress
-
-    chain, mode = progress
-    with ChainProgress(chain, n_warmup, n_draws, mode=mode) as callback, \
-            _SingleThreadedBLAS():
-        return config.run_chain(np.random.default_rng(seed), posterior, prepared, n_warmup,
-                                n_draws, callback=callback)
+def _known_worker_death(exc):
+    """Whether ``exc`` is a backend's own report of a dead worker."""
+    names = {type(e).__name__ for e in (exc, exc.__cause__, exc.__context__) if e is not None}
+    return bool(names & {"TerminatedWorkerError", "KilledWorker", "BrokenProcessPool"})
 
 
 def run_chains(config, posterior, random_state, n_chains, n_warmup, n_draws, n_jobs=None,
-               verbose=0, progress_bar=False):
+               verbose=0, progress_bar=False, keep_partial=False, resume=None, prepared=None):
     """Prepare once, then run ``n_chains`` chains in parallel.
+
+    With ``resume`` (one ``ChainResult.resume`` per chain) and the
+    ``prepared`` of that fit, the chains continue for ``n_draws`` more draws
+    and ``random_state``, ``n_chains`` and ``n_warmup`` are ignored.
+
+    A first Ctrl-C during the chains stops them all at their next iteration:
+    then ``KeyboardInterrupt`` is raised, unless ``keep_partial`` is true, in
+    which case the results hold the completed draws (``interrupted=True``).
+    A worker process that dies raises :class:`WorkerLostError`.
 
     Returns
     -------
     prepared : Prepared
-    results : list of ChainResult, in chain order
+    results : list of ChainResult, in chain order; after an interrupt, None
+        for a chain that returned nothing in time (it had no draws).
     """
-    seeds = seed_sequences(random_state, n_chains + 1)
-    prepared = config.prepare(np.random.default_rng(seeds[0]), posterior)
+    if resume is None:
+        seeds = seed_sequences(random_state, n_chains + 1)
+        prepared = config.prepare(np.random.default_rng(seeds[0]), posterior)
+        tasks = [(seed, None) for seed in seeds[1:]]
+    else:
+        # Copies: the drivers advance the states they are given, and the
+        # fitted estimator must keep its own until the new fit is committed.
+        tasks = [(copy.deepcopy(r["rng"]), copy.deepcopy(r["chain"])) for r in resume]
+    stop = _FitStop()
+    watchdog = _Watchdog(stop, interrupt=threading.current_thread() is threading.main_thread())
     mode = "text" if progress_bar == "text" else "auto"
-    # Set once here for the chains that run in this process (sequential and
-    # threading backends): the workers' own _SingleThreadedBLAS then finds it
-    # set and changes nothing, so no thread ever toggles the process-wide
-    # limit; process workers set their own.
-    with _SingleThreadedBLAS():
-        results = Parallel(n_jobs=n_jobs, verbose=max(0, int(verbose) - 1))(
-            delayed(_run_one_chain)(config, seed, posterior, prepared, n_warmup, n_draws,
-                                    (chain, mode) if progress_bar else None)
-            for chain, seed in enumerate(seeds[1:])
-        )
-    return prepared, list(results)
+    calls = [delayed(_indexed_chain)(chain, config, seed, posterior, prepared, n_warmup,
+                                     n_draws, stop, token, (chain, mode) if progress_bar else None)
+             for chain, (seed, token) in enumerate(tasks)]
+    results = [None] * len(tasks)
+    try:
+        try:
+            with _deferred_sigint(stop, watchdog):
+                watchdog.start()
+                # BLAS set to one thread once here for the chains that run in
+                # this process (sequential and threading backends): the
+                # workers' own _SingleThreadedBLAS then finds it set and
+                # changes nothing; process workers set their own.
+                try:
+                    with _SingleThreadedBLAS():
+                        for chain, result in _dispatch(calls, n_jobs, verbose):
+                            results[chain] = result
+                finally:
+                    watchdog.finish()
+        except KeyboardInterrupt as exc:
+            stop.set()
+            if not (keep_partial and any(r is not None for r in results)):
+                raise KeyboardInterrupt(
+                    "Sampling was interrupted; the estimator is unchanged"
+                    + ("." if keep_partial else " (pass keep_partial_draws=True to keep the "
+                       "draws completed before an interrupt).")) from exc
+        except _WorkerLost:
+            stop.set()
+            raise _lost_worker_error(*watchdog.lost) from None
+        except Exception as exc:
+            stop.set()
+            if watchdog.lost is not None:
+                raise _lost_worker_error(*watchdog.lost) from exc
+            if _known_worker_death(exc):
+                raise WorkerLostError(
+                    f"A worker process running a chain died: {exc} The usual cause is the "
+                    "operating system's out-of-memory killer (SIGKILL). The other chains "
+                    "were stopped and the estimator is unchanged. Use fewer parallel chains "
+                    "(n_jobs), pass X as a numpy.memmap, or give the workers more "
+                    "memory.") from exc
+            raise
+        except BaseException:
+            stop.set()
+            raise
+    finally:
+        stop.cleanup()
+    if stop._event.is_set() and not keep_partial:
+        raise KeyboardInterrupt(
+            "Sampling was interrupted; the estimator is unchanged (pass "
+            "keep_partial_draws=True to keep the draws completed before an interrupt).")
+    if stop._event.is_set():
+        results = [r._replace(interrupted=True) if r is not None else None for r in results]
+    return prepared, results
+
+
+def _indexed_chain(chain, config, seed, posterior, prepared, n_warmup, n_draws, stop, resume,
+                   progress):
+    return chain, _run_one_chain(config, seed, posterior, prepared, n_warmup, n_draws, stop,
+                                 resume, chain, progress)
+
+
+def _dispatch(calls, n_jobs, verbose):
+    """Yield ``(chain, result)`` as the chains finish (in order if the backend
+    cannot return results as they come, e.g. multiprocessing)."""
+    kwargs = dict(n_jobs=n_jobs, verbose=max(0, int(verbose) - 1))
+    try:
+        out = Parallel(return_as="generator_unordered", **kwargs)(calls)
+    except ValueError as exc:
+        if "return_as" not in str(exc):
+            raise
+        out = Parallel(**kwargs)(calls)
+    yield from out
 
 
 def per_row_array(values, name, n_obs):
@@ -238,12 +608,49 @@ def _check_int(value, name, minimum):
         raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}.")
 
 
+def _data_fingerprint(posterior):
+    """A hash of the data size and of about 1,000 evenly spaced rows (design,
+    response and weight), to check that a continued fit sees the same data."""
+    n, dim = int(posterior.n_obs), int(posterior.dim)
+    h = hashlib.blake2b(f"{n},{dim}".encode(), digest_size=16)
+    model = getattr(posterior, "model", None)
+    if model is not None and hasattr(model, "rows"):
+        idx = np.unique(np.linspace(0, n - 1, min(n, 1024)).astype(np.intp))
+        Xr, yr, wr = model.rows(idx)
+        design = model.design(Xr) if hasattr(model, "design") else Xr
+        for part in (design, yr, wr):
+            if part is not None:
+                h.update(np.ascontiguousarray(part, dtype=np.float64).tobytes())
+    return h.hexdigest()
+
+
+def _param_key(value):
+    if isinstance(value, SamplerConfig):
+        return (type(value).__name__, repr(sorted(value.get_params().items())))
+    return value
+
+
+def _same_param(a, b):
+    if a is b:
+        return True
+    try:
+        return bool(_param_key(a) == _param_key(b))
+    except Exception:  # arrays and other ambiguous comparisons
+        return False
+
+
+#: Parameters that may change between ``fit`` and ``continue_sampling``.
+_CONTINUE_FREE_PARAMS = ("n_draws", "n_jobs", "verbose", "keep_partial_draws", "progress_bar")
+
+
 class SampledModelMixin:
     """Storage, diagnostics and summaries shared by the sampled estimators.
 
     Subclasses set ``_param_names_`` (names of the parameter vector entries),
     define ``_all_draws()`` returning draws (chain, draw, dim) in that order,
-    and call :meth:`_sample` from ``fit``.
+    implement the fit in ``_fit_impl(X, y, **fit_params)`` (which calls
+    :meth:`_sample`) and make ``fit`` call
+    ``self._atomic_fit("_fit_impl", X, y, **fit_params)``.
     """
 
     def set_params(self, **params):
@@ -259,6 +666,92 @@ class SampledModelMixin:
             self.sampler = resolve_sampler(self.sampler)
         return super().set_params(**params)
 
+    #: Private fitted attributes whose names do not end in "_".
+    _private_fitted = ()
+
+    def _is_fitted_name(self, name):
+        return (name.endswith("_") and not name.startswith("__")) \
+            or name in self._private_fitted
+
+    def _atomic_fit(self, method, *args, _continuing=None, **kwargs):
+        """Run ``method`` on a copy without fitted state; commit it in one step.
+
+        Until the commit the estimator keeps its previous state (fitted or
+        not): an exception, a Ctrl-C or a lost worker anywhere in the fit
+        leaves it untouched.
+        """
+        work = copy.copy(self)
+        for name in [k for k in vars(work) if self._is_fitted_name(k)]:
+            delattr(work, name)
+        work._continuing = _continuing
+        try:
+            getattr(work, method)(*args, **kwargs)
+        except KeyboardInterrupt as exc:
+            if exc.args:
+                raise
+            # Ctrl-C outside the chains (validation, set-up): nothing to keep.
+            raise KeyboardInterrupt(
+                "The fit was interrupted; the estimator is unchanged.").with_traceback(
+                    exc.__traceback__) from None
+        del work._continuing
+        with _signals_held():
+            state = {k: v for k, v in vars(self).items() if not self._is_fitted_name(k)}
+            state.update((k, v) for k, v in vars(work).items() if self._is_fitted_name(k))
+            self.__dict__ = state
+        return self
+
+    def continue_sampling(self, X, y, n_draws, **fit_params):
+        """Continue every chain of the last fit for ``n_draws`` more draws.
+
+        The chains restart from their final states with the step sizes, mass
+        matrices, subsample sizes and random generators they ended the fit
+        with, so the result is the fit a single run with ``n_draws`` more
+        draws per chain would have given, bit for bit (one exception: HMC's
+        ``integration_time="chebyshev"`` or ``"quarter_period"`` with
+        ``chebyshev_cycle=None`` keeps the cycle length of the first fit).
+        All fitted attributes are recomputed from all the draws.
+
+        Parameters
+        ----------
+        X, y : the training data of the fit, unchanged (a sample of rows is
+            compared with the fit's).
+        n_draws : int
+            Additional draws per chain.
+        **fit_params
+            The other arguments ``fit`` was given (``sample_weight``,
+            ``exposure``), unchanged.
+
+        Returns
+        -------
+        self
+        """
+        from sklearn.utils.validation import check_is_fitted
+
+        check_is_fitted(self)
+        _check_int(n_draws, "n_draws", 1)
+        state = getattr(self, "_resume_", None)
+        if state is None:
+            raise ValueError(
+                "This fit cannot be continued: it was interrupted and kept partial draws "
+                "(or its sampler cannot resume). Fit again to run the chains in full.")
+        params = self.get_params(deep=False)
+        changed = [name for name, value in state["params"].items()
+                   if name not in _CONTINUE_FREE_PARAMS
+                   and not _same_param(params.get(name), value)]
+        if changed:
+            raise ValueError(
+                f"Parameters {changed} changed since the fit; continue_sampling continues "
+                "the same chains and needs the parameters they were run with. Set them back "
+                "or call fit.")
+        previous = {k: v for k, v in vars(self).items() if self._is_fitted_name(k)}
+        return self._atomic_fit("_fit_impl", X, y, _continuing={
+            "n_draws": int(n_draws), "previous": previous}, **fit_params)
+
+    def _raw_draws(self):
+        """The sampler's draws (chain, draw, dim) as stored: ``_all_draws()``
+        unless an estimator transforms them (then it keeps them)."""
+        return self._all_draws()
+
     def _check_sampling_params(self):
         _check_int(self.n_chains, "n_chains", 1)
         _check_int(self.n_warmup, "n_warmup", 0)
@@ -269,6 +762,9 @@ class SampledModelMixin:
         if getattr(self, "progress_bar", False) not in (True, False, "text"):
             raise ValueError("progress_bar must be True, False or 'text', got "
                              f"{self.progress_bar!r}.")
+        if not isinstance(getattr(self, "keep_partial_draws", False), (bool, np.bool_)):
+            raise ValueError(
+                f"keep_partial_draws must be True or False, got {self.keep_partial_draws!r}.")
         rs = self.random_state
         if not (rs is None or isinstance(rs, (np.random.RandomState, np.random.Generator))
                 or (isinstance(rs, numbers.Integral) and not isinstance(rs, bool) and rs >= 0)):
@@ -278,17 +774,84 @@ class SampledModelMixin:
             )
 
     def _sample(self, posterior):
-        """Run the chains; store draws (chain, draw, dim) and sampler statistics."""
+        """Run the chains; store draws (chain, draw, dim) and sampler statistics.
+
+        Called on the working copy of :meth:`_atomic_fit`.  With
+        ``keep_partial_draws`` an interrupted fit keeps the chains that
+        completed at least one draw, cut to the shortest of them (ArviZ and
+        the diagnostics need equal lengths), and warns.
+        """
         config = self.sampler_
-        prepared, results = run_chains(
-            config, posterior, self.random_state, self.n_chains, self.n_warmup, self.n_draws,
-            n_jobs=self.n_jobs, verbose=self.verbose,
-            progress_bar=getattr(self, "progress_bar", False),
-        )
+        continuing = getattr(self, "_continuing", None)
+        fingerprint = _data_fingerprint(posterior)
+        keep_partial = bool(getattr(self, "keep_partial_draws", False))
+        previous = None
+        if continuing is None:
+            prepared, results = run_chains(
+                config, posterior, self.random_state, self.n_chains, self.n_warmup,
+                self.n_draws, n_jobs=self.n_jobs, verbose=self.verbose,
+                progress_bar=getattr(self, "progress_bar", False), keep_partial=keep_partial,
+            )
+        else:
+            previous = continuing["previous"]
+            state = previous["_resume_"]
+            if fingerprint != state["fingerprint"]:
+                raise ValueError(
+                    "continue_sampling was given other data than the fit (the data size or "
+                    "a sample of its rows differ). Pass the training data and fit "
+                    "parameters of the fit, or call fit.")
+            prepared, results = run_chains(
+                config, posterior, None, len(state["chains"]), 0, continuing["n_draws"],
+                n_jobs=self.n_jobs, verbose=self.verbose,
+                progress_bar=getattr(self, "progress_bar", False), keep_partial=False,
+                resume=state["chains"], prepared=state["prepared"],
+            )
+        n_completed = np.array([0 if r is None else len(r.draws) for r in results])
+        interrupted = any(r is None or r.interrupted for r in results)
+        if interrupted:
+            kept = [c for c in range(len(results)) if n_completed[c] > 0]
+            if not kept:
+                raise KeyboardInterrupt(
+                    "Sampling was interrupted before any chain completed a draw after "
+                    "warm-up; the estimator is unchanged.")
+            k = int(min(n_completed[c] for c in kept))
+            results = [results[c]._replace(
+                draws=results[c].draws[:k],
+                stats={name: v[:k] for name, v in results[c].stats.items()}) for c in kept]
+            warnings.warn(
+                f"Sampling was interrupted: the chains completed {n_completed.tolist()} "
+                f"draws of {self.n_draws}. The estimator keeps the first {k} draws of the "
+                f"{len(kept)} chain(s) {kept} that completed any; expect unreliable "
+                "estimates and diagnostics from so few draws, and fit again for a full "
+                "run (an interrupted fit cannot be continued).", UserWarning, stacklevel=5)
         draws = np.stack([r.draws for r in results])
-        self.sample_stats_ = {
-            name: np.stack([r.stats[name] for r in results]) for name in results[0].stats
-        }
+        stats = {name: np.stack([r.stats[name] for r in results]) for name in results[0].stats}
+        if previous is not None:
+            old = copy.copy(self)
+            vars(old).update(previous)
+            old_stats = {name: value.copy() for name, value in previous["sample_stats_"].items()}
+            for c, token in enumerate(previous["_resume_"]["chains"]):
+                chain_token = token["chain"]
+                correction = (chain_token.get("stats_correction", {})
+                              if isinstance(chain_token, dict) else {})
+                for name, value in correction.items():
+                    old_stats[name][c, -1] -= value
+            draws = np.concatenate([old._raw_draws(), draws], axis=1)
+            stats = {name: np.concatenate([old_stats[name], stats[name]], axis=1)
+                     for name in stats}
+            n_completed = previous["n_draws_completed_"] + n_completed
+        self.sample_stats_ = stats
+        self.n_draws_completed_ = n_completed
+        self.interrupted_ = bool(interrupted)
+        self._resume_ = None
+        if not interrupted and all(r.resume is not None for r in results):
+            self._resume_ = {
+                "prepared": prepared, "chains": [r.resume for r in results],
+                "fingerprint": fingerprint,
+                "params": (previous["_resume_"]["params"] if previous is not None
+                           else {k: _param_key(v)
+                                 for k, v in self.get_params(deep=False).items()}),
+            }
         self.step_size_ = np.array([r.step_size for r in results])
         self.n_integration_steps_ = np.array([r.n_integration_steps for r in results])
         self.subsample_size_ = np.array([r.subsample_size for r in results])
@@ -300,17 +863,24 @@ class SampledModelMixin:
             "warmup": int(sum(r.n_obs_evaluated_warmup for r in results)),
             "sampling": int(sum(r.n_obs_evaluated_sampling for r in results)),
         }
-        self.n_evaluations_ = int(sum(self.evaluations_.values()))
         self.wall_time_ = {
             "warmup": float(sum(r.wall_time_warmup for r in results)),
             "sampling": float(sum(r.wall_time_sampling for r in results)),
         }
+        self.n_divergent_warmup_ = int(sum(r.n_divergent_warmup for r in results))
+        if previous is not None:
+            # Continued chains: warm-up happened once, sampling adds up.
+            self.evaluations_["warmup"] = previous["evaluations_"]["warmup"]
+            self.evaluations_["sampling"] += previous["evaluations_"]["sampling"]
+            self.wall_time_["warmup"] = previous["wall_time_"]["warmup"]
+            self.wall_time_["sampling"] += previous["wall_time_"]["sampling"]
+            self.n_divergent_warmup_ = previous["n_divergent_warmup_"]
+        self.n_evaluations_ = int(sum(self.evaluations_.values()))
         self.sampler_info_ = [dict(r.extra) for r in results]
         for message in sorted({r.extra["warning"] for r in results if "warning" in r.extra}):
             warnings.warn(f"{config.name}: {message}.", ConvergenceWarning,
                           stacklevel=user_stacklevel())
         self.n_divergent_ = int(self.sample_stats_["diverging"].sum())
-        self.n_divergent_warmup_ = int(sum(r.n_divergent_warmup for r in results))
         return draws
 
     def _signs(self):
@@ -339,7 +909,7 @@ class SampledModelMixin:
         stats = self.sample_stats_
         lines = [
             f"{type(self).__name__} with sampler {self.sampler_!r}",
-            f"  chains x draws        : {self.n_chains} x {self.n_draws}",
+            "  chains x draws        : {} x {}".format(*stats["diverging"].shape),
             f"  acceptance (theta)    : {stats['acceptance_rate'].mean():.3f}",
             f"  step size, L          : {np.round(self.step_size_, 4)}, "
             f"{self.n_integration_steps_}",
@@ -491,7 +1061,7 @@ class SampledModelMixin:
                 "Increase n_warmup and n_draws (or n_chains); for divergences or a low "
                 "acceptance rate also consider a tighter prior_scale, and for HMC-ECS a "
                 "larger subsample_size.",
-                ConvergenceWarning, stacklevel=3,
+                ConvergenceWarning, stacklevel=user_stacklevel(),
             )
 
     def _check_draws(self, draws):

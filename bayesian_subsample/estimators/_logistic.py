@@ -86,6 +86,12 @@ class BayesianLogisticRegression(ClassifierMixin, SampledModelMixin, ArviZExport
         divergences so far and the step size.  Uses tqdm when installed,
         else (or with ``"text"``) a plain line per chain every 2 seconds.
         Does not change the draws.
+    keep_partial_draws : bool, default=False
+        What an interrupted fit (Ctrl-C) leaves.  False: the fit raises
+        ``KeyboardInterrupt`` and the estimator is unchanged.  True: the
+        estimator is fitted from the draws the chains completed (the first
+        draws of each chain, cut to the shortest chain), with a warning and
+        ``interrupted_=True``.  See :ref:`interrupting`.
 
     Attributes
     ----------
@@ -130,6 +136,10 @@ class BayesianLogisticRegression(ClassifierMixin, SampledModelMixin, ArviZExport
         Full-data passes spent re-estimating theta* and the mass matrix.
     n_divergent_ : int
         Divergent transitions after warm-up.
+    n_draws_completed_ : ndarray of shape (n_chains,)
+        Draws each chain completed (after :meth:`continue_sampling`, in all).
+    interrupted_ : bool
+        Whether the fit was interrupted and kept partial draws.
     sampler_ : sampler object
         The configured sampler actually used.
     n_features_in_ : int
@@ -170,7 +180,7 @@ class BayesianLogisticRegression(ClassifierMixin, SampledModelMixin, ArviZExport
     def __init__(self, sampler="hmc_ecs", prior_scale=10.0, intercept_prior_scale=10.0,
                  fit_intercept=True, n_chains=4, n_warmup=1000, n_draws=1000,
                  subsample_size=None, n_jobs=None, random_state=None, verbose=0,
-                 progress_bar=False):
+                 progress_bar=False, keep_partial_draws=False):
         self.sampler = sampler
         self.prior_scale = prior_scale
         self.intercept_prior_scale = intercept_prior_scale
@@ -183,6 +193,7 @@ class BayesianLogisticRegression(ClassifierMixin, SampledModelMixin, ArviZExport
         self.random_state = random_state
         self.verbose = verbose
         self.progress_bar = progress_bar
+        self.keep_partial_draws = keep_partial_draws
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
@@ -208,6 +219,9 @@ class BayesianLogisticRegression(ClassifierMixin, SampledModelMixin, ArviZExport
         -------
         self
         """
+        return self._atomic_fit("_fit_impl", X, y, sample_weight=sample_weight)
+
+    def _fit_impl(self, X, y, sample_weight=None):
         # C order: the same values give the same draws whatever their memory
         # layout (no copy when X is already C-contiguous).
         X, y = validate_data(self, X, y, dtype=[np.float64, np.float32], y_numeric=False,

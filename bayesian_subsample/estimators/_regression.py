@@ -183,7 +183,7 @@ class _BayesianRegressorBase(RegressorMixin, SampledModelMixin, ArviZExportMixin
             return [str(f) for f in self.feature_names_in_]
         return [f"x{j}" for j in range(n_features)]
 
-    def _fit(self, X, y, sample_weight, **fit_kwargs):
+    def _fit_impl(self, X, y, sample_weight=None, **fit_kwargs):
         # C order: identical draws whatever the memory layout of X (no copy
         # when X is already C-contiguous).
         X, y = validate_data(self, X, y, dtype=[np.float64, np.float32], y_numeric=True,
@@ -199,6 +199,9 @@ class _BayesianRegressorBase(RegressorMixin, SampledModelMixin, ArviZExportMixin
         self.sampler_.validate(X.shape[0])
         draws = self._sample(TallPosterior(model, prior))
         self._store_draws(draws)
+        self._check_convergence(self._all_draws())
+        if self.verbose:
+            self._report()
         return self
 
     def _split_coefficients(self, beta):
@@ -304,6 +307,12 @@ _COMMON_PARAMS_DOC = """\
         divergences so far and the step size.  Uses tqdm when installed,
         else (or with ``"text"``) a plain line per chain every 2 seconds.
         Does not change the draws.
+    keep_partial_draws : bool, default=False
+        What an interrupted fit (Ctrl-C) leaves.  False: the fit raises
+        ``KeyboardInterrupt`` and the estimator is unchanged.  True: the
+        estimator is fitted from the draws the chains completed (the first
+        draws of each chain, cut to the shortest chain), with a warning and
+        ``interrupted_=True``.  See :ref:`interrupting`.
 """
 
 _COMMON_ATTRIBUTES_DOC = """\
@@ -315,7 +324,8 @@ _COMMON_ATTRIBUTES_DOC = """\
     intercept_draws_ : ndarray of shape (n_chains, n_draws)
     sample_stats_, n_evaluations_, evaluations_, wall_time_, convergence_, \
 sampler_info_, step_size_, n_integration_steps_, subsample_size_, \
-inverse_mass_matrix_, reference_point_, n_refinements_, n_divergent_, sampler_
+inverse_mass_matrix_, reference_point_, n_refinements_, n_divergent_, \
+n_draws_completed_, interrupted_, sampler_
         As for :class:`~bayesian_subsample.BayesianLogisticRegression`
         (``reference_point_`` and ``inverse_mass_matrix_`` are in the sampled
         coordinates).
@@ -375,7 +385,7 @@ class BayesianPoissonRegressor(_BayesianRegressorBase):
     def __init__(self, sampler="hmc_ecs", prior_scale=10.0, intercept_prior_scale=10.0,
                  fit_intercept=True, n_chains=4, n_warmup=1000, n_draws=1000,
                  subsample_size=None, n_jobs=None, random_state=None, verbose=0,
-                 progress_bar=False):
+                 progress_bar=False, keep_partial_draws=False):
         self.sampler = sampler
         self.prior_scale = prior_scale
         self.intercept_prior_scale = intercept_prior_scale
@@ -388,6 +398,7 @@ class BayesianPoissonRegressor(_BayesianRegressorBase):
         self.random_state = random_state
         self.verbose = verbose
         self.progress_bar = progress_bar
+        self.keep_partial_draws = keep_partial_draws
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
@@ -422,13 +433,8 @@ class BayesianPoissonRegressor(_BayesianRegressorBase):
         -------
         self
         """
-        self._fit(X, y, sample_weight, exposure=exposure)
-        # Diagnosed here, not in _fit, so that the ConvergenceWarning
-        # (stacklevel=3) points at the caller's line.
-        self._check_convergence(self._all_draws())
-        if self.verbose:
-            self._report()
-        return self
+        return self._atomic_fit("_fit_impl", X, y, sample_weight=sample_weight,
+                                exposure=exposure)
 
     def _build(self, X, y, sample_weight, exposure=None):
         if np.any(y < 0):
@@ -693,7 +699,7 @@ class BayesianLinearRegression(_BayesianRegressorBase):
                  fit_intercept=True, n_chains=4, n_warmup=1000, n_draws=1000,
                  subsample_size=None, n_jobs=None, random_state=None, verbose=0,
                  noise_prior="half_normal", noise_prior_scale=10.0, noise_prior_df=3.0,
-                 progress_bar=False):
+                 progress_bar=False, keep_partial_draws=False):
         self.sampler = sampler
         self.prior_scale = prior_scale
         self.intercept_prior_scale = intercept_prior_scale
@@ -705,6 +711,7 @@ class BayesianLinearRegression(_BayesianRegressorBase):
         self.n_jobs = n_jobs
         self.random_state = random_state
         self.verbose = verbose
+        self.keep_partial_draws = keep_partial_draws
         self.noise_prior = noise_prior
         self.noise_prior_scale = noise_prior_scale
         self.noise_prior_df = noise_prior_df
@@ -725,11 +732,7 @@ class BayesianLinearRegression(_BayesianRegressorBase):
         -------
         self
         """
-        self._fit(X, y, sample_weight)
-        self._check_convergence(self._all_draws())  # here: stacklevel=3 is the caller
-        if self.verbose:
-            self._report()
-        return self
+        return self._atomic_fit("_fit_impl", X, y, sample_weight=sample_weight)
 
     def _build(self, X, y, sample_weight):
         if self.noise_prior not in ("half_normal", "half_t"):
@@ -753,7 +756,15 @@ class BayesianLinearRegression(_BayesianRegressorBase):
                                     fit_intercept=self.fit_intercept)
         return model, prior
 
+    _private_fitted = ("_y_scale",)
+
+    def _raw_draws(self):
+        return self._theta_draws_
+
     def _store_draws(self, draws):
+        # The sampled coordinates (beta tau, tau) are kept for continue_sampling:
+        # the stored coef_draws_ and sigma_draws_ do not map back bit for bit.
+        self._theta_draws_ = draws
         tau = draws[:, :, -1]
         self._check_noise_support(tau)
         self.intercept_draws_, self.coef_draws_ = self._split_coefficients(

@@ -138,7 +138,8 @@ class BayesianSplineClassifier(BayesianLogisticRegression):
     intercept_prior_scale : float, default=10.0
     fit_intercept : bool, default=True
         With False no B-spline is dropped (their sum plays the intercept).
-    n_chains, n_warmup, n_draws, subsample_size, n_jobs, random_state, verbose, progress_bar
+    n_chains, n_warmup, n_draws, subsample_size, n_jobs, random_state, verbose, progress_bar, \
+keep_partial_draws
         As in :class:`BayesianLogisticRegression`.
 
     Attributes
@@ -191,13 +192,15 @@ class BayesianSplineClassifier(BayesianLogisticRegression):
                  difference_prior_scale=None, knot_subsample=100_000, sampler="hmc_ecs",
                  prior_scale=10.0, intercept_prior_scale=10.0, fit_intercept=True,
                  n_chains=4, n_warmup=1000, n_draws=1000, subsample_size=None, n_jobs=None,
-                 random_state=None, verbose=0, progress_bar=False):
+                 random_state=None, verbose=0, progress_bar=False,
+                 keep_partial_draws=False):
         super().__init__(sampler=sampler, prior_scale=prior_scale,
                          intercept_prior_scale=intercept_prior_scale,
                          fit_intercept=fit_intercept, n_chains=n_chains, n_warmup=n_warmup,
                          n_draws=n_draws, subsample_size=subsample_size, n_jobs=n_jobs,
                          random_state=random_state, verbose=verbose,
-                         progress_bar=progress_bar)
+                         progress_bar=progress_bar,
+                         keep_partial_draws=keep_partial_draws)
         self.n_knots = n_knots
         self.degree = degree
         self.knots = knots

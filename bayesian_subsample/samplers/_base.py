@@ -8,7 +8,17 @@ from typing import NamedTuple
 
 import numpy as np
 
-__all__ = ["SamplerConfig", "ChainResult", "Prepared"]
+__all__ = ["SamplerConfig", "ChainResult", "Prepared", "stop_requested"]
+
+
+def stop_requested(stop):
+    """Whether the stop flag ``stop`` (anything with ``is_set()``, or None) is raised.
+
+    The chain drivers call this once per iteration, at the iteration boundary,
+    so a stopped chain returns the draws it completed and a consistent final
+    state.
+    """
+    return stop is not None and stop.is_set()
 
 
 class Prepared(NamedTuple):
@@ -45,6 +55,13 @@ class ChainResult(NamedTuple):
     extra: dict
     wall_time_warmup: float
     wall_time_sampling: float
+    #: True when the chain stopped at a stop request before ``n_draws`` draws;
+    #: ``draws`` and ``stats`` then hold the draws it completed.
+    interrupted: bool = False
+    #: What the driver needs to continue the chain (its final sampler state and
+    #: adapted parameters, no data), passed back as ``run_chain(resume=...)``;
+    #: None when the chain cannot be continued (interrupted during warm-up).
+    resume: object = None
 
 
 class SamplerConfig(abc.ABC):
@@ -108,7 +125,8 @@ class SamplerConfig(abc.ABC):
         """Work shared by all chains (returns a :class:`Prepared`)."""
 
     @abc.abstractmethod
-    def run_chain(self, rng, posterior, prepared, n_warmup, n_draws, callback=None):
+    def run_chain(self, rng, posterior, prepared, n_warmup, n_draws, callback=None, stop=None,
+                  resume=None):
         """Run one chain; returns a :class:`ChainResult`.
 
         ``callback``, if given, is called after every iteration as
@@ -118,6 +136,15 @@ class SamplerConfig(abc.ABC):
         size (the draw interval for piecewise-deterministic samplers).  It is
         for progress display only: it must not touch the chain's state or
         random generator, so the draws do not depend on it.
+
+        ``stop`` (an object with ``is_set()``, or None) is checked before every
+        warm-up and sampling iteration; when it is set the chain returns the
+        draws completed so far with ``interrupted=True``.  ``resume`` is the
+        ``resume`` field of a previous result of this configuration on the same
+        posterior: the chain then skips preparation and warm-up (``n_warmup``
+        is ignored) and draws ``n_draws`` more draws from its final state with
+        the same adapted parameters; with ``rng`` in the state the previous run
+        left it, the draws are those a single longer run would have produced.
         """
 
 

@@ -44,6 +44,7 @@ from ._base import (
     check_positive_float,
     check_positive_int,
     check_rows,
+    stop_requested,
 )
 from .adaptation import (
     dual_averaging_init,
@@ -90,6 +91,13 @@ class _FullDataAdapter:
 
     def recentre(self, rng, state, expansion, recent, refined, final):
         return state, 0
+
+    def snapshot(self):
+        """What :meth:`restore` needs to continue a chain (nothing: no tuning)."""
+        return None
+
+    def restore(self, snapshot, expansion):
+        pass
 
     def wants_refresh(self):
         """Whether theta* should be refreshed at a refinement point regardless
@@ -140,6 +148,25 @@ class _ECSAdapter:
                              "position.")
         return hmc_ecs.HMCECSState(np.array(position, dtype=float), float(logdensity), grad,
                                    None, 0.0)
+
+    def snapshot(self):
+        """The estimator's tuning (not the estimator: it holds the data)."""
+        if self.estimator is None:  # running exactly on the full data
+            return {"full_data": True, "extra": dict(self.extra)}
+        return {"subsample_size": int(self.estimator.subsample_size),
+                "n_blocks": int(self.estimator.n_blocks), "extra": dict(self.extra)}
+
+    def restore(self, snapshot, expansion):
+        """Rebuild the estimator of :meth:`snapshot` around ``expansion``."""
+        if snapshot.get("full_data"):
+            self.estimator = None
+            self._full = self.posterior.full_target()
+            self.subsample_size = self.posterior.n_obs
+        else:
+            self.estimator = self.posterior.difference_estimator(
+                expansion, snapshot["subsample_size"], snapshot["n_blocks"])
+            self.subsample_size = self.estimator.subsample_size
+        self.extra = dict(snapshot["extra"])
 
     def wants_refresh(self):
         """An automatic ``m`` well above its floor asks for a new theta*.
@@ -259,6 +286,24 @@ class _SignedECSAdapter(_ECSAdapter):
     def wants_refresh(self):
         return not self._signed_now and super().wants_refresh()
 
+    def snapshot(self):
+        if not self._signed_now:
+            return super().snapshot()
+        est = self.estimator
+        return {"signed": True, "batch_size": est.batch_size, "n_products": est.n_products,
+                "lower_bound": est.lower_bound, "n_refresh": est.n_refresh,
+                "extra": dict(self.extra)}
+
+    def restore(self, snapshot, expansion):
+        if not snapshot.get("signed"):
+            return super().restore(snapshot, expansion)
+        self.estimator = self.posterior.block_poisson_estimator(
+            expansion, snapshot["batch_size"], snapshot["n_products"],
+            snapshot["lower_bound"], snapshot["n_refresh"])
+        self.subsample_size = self.estimator.subsample_size
+        self.extra = dict(snapshot["extra"])
+        self._signed_now = True
+
     def _signed(self, rng, position, expansion, thetas):
         cfg = self.config
         m = cfg.resolved_batch_size(self.posterior.n_obs)
@@ -375,7 +420,12 @@ class _HMCFamily(SamplerConfig):
             return constant_times(L, K)
         return chebyshev_times(m, L, K, rng)
 
-    def _run(self, adapter, rng, posterior, prepared, n_warmup, n_draws, callback=None):
+    def _run(self, adapter, rng, posterior, prepared, n_warmup, n_draws, callback=None,
+             stop=None, resume=None):
+        if resume is not None:
+            adapter.restore(resume["adapter"], resume["expansion"])
+            return self._sample_phase(adapter, rng, posterior, n_draws, stop, resume,
+                                      time.perf_counter(), 0, 0, callback, 0)
         t_start = time.perf_counter()
         dense = self.mass_matrix == "dense"
         expansion = prepared.expansion
@@ -398,7 +448,11 @@ class _HMCFamily(SamplerConfig):
         window = []
         n_div_warm = 0
         thr = float(self.divergence_threshold)
+        warm_complete = True
         for it in range(n_warmup):
+            if stop_requested(stop):
+                warm_complete = False
+                break
             params = hmc.HMCParams(eps, self._n_steps(eps), metric, thr)
             state, info = adapter.step(rng, state, params)
             n_eval_warm += info.n_obs_evaluated
@@ -439,9 +493,40 @@ class _HMCFamily(SamplerConfig):
                         da = dual_averaging_init(eps)
         if adapt and n_warmup > 0:
             eps = math.exp(da.log_step_size_avg)
+        if not warm_complete:
+            # Stopped during warm-up: no draws, nothing to continue.
+            return self._sample_phase(adapter, rng, posterior, 0, stop, None, t_start,
+                                      n_eval_warm, n_div_warm, None, 0, expansion=expansion,
+                                      metric=metric, eps=eps, n_refinements=n_refinements)
         n_steps = self._n_steps(eps)
-        params = hmc.HMCParams(eps, n_steps, metric, thr)
         times = self._integration_schedule(rng, expansion, metric, n_draws)
+        resume = {"state": state, "step_size": eps, "n_integration_steps": n_steps,
+                  "metric": metric, "expansion": expansion, "times": times, "iteration": 0,
+                  "n_refinements": n_refinements, "adapter": adapter.snapshot()}
+        return self._sample_phase(adapter, rng, posterior, n_draws, stop, resume, t_start,
+                                  n_eval_warm, n_div_warm, callback, n_warmup)
+
+    def _sample_phase(self, adapter, rng, posterior, n_draws, stop, resume, t_start,
+                      n_eval_warm, n_div_warm, callback, n_done_before, **stopped):
+        """Post-warm-up draws from the chain state and tuning in ``resume``.
+
+        ``resume["iteration"]`` counts the draws before this call, so the
+        Chebyshev schedule continues where it was (its cycle length ``K`` is
+        the one fixed after warm-up: ``n_draws`` of the first call when
+        ``chebyshev_cycle`` is None).  ``resume=None`` (a chain stopped in
+        warm-up) returns no draws, with the tuning in ``stopped``.
+        """
+        thr = float(self.divergence_threshold)
+        if resume is None:
+            expansion, metric = stopped["expansion"], stopped["metric"]
+            eps, n_steps = stopped["eps"], self._n_steps(stopped["eps"])
+            n_refinements, times, offset, state = stopped["n_refinements"], None, 0, None
+        else:
+            expansion, metric = resume["expansion"], resume["metric"]
+            eps, n_steps = resume["step_size"], resume["n_integration_steps"]
+            n_refinements, times = resume["n_refinements"], resume["times"]
+            offset, state = resume["iteration"], resume["state"]
+        params = hmc.HMCParams(eps, n_steps, metric, thr)
         t_warm = time.perf_counter()
 
         dim = posterior.dim
@@ -449,10 +534,13 @@ class _HMCFamily(SamplerConfig):
         stats = {name: np.empty(n_draws, dtype=bool if name == "diverging" else float)
                  for name in adapter.stats}
         n_eval_samp = 0
+        n_done = 0
         for it in range(n_draws):
+            if stop_requested(stop):
+                break
             if times is not None:
-                params = params._replace(
-                    n_integration_steps=self._n_steps(eps, times[it % len(times)]))
+                params = params._replace(n_integration_steps=self._n_steps(
+                    eps, times[(offset + it) % len(times)]))
             state, info = adapter.step(rng, state, params)
             draws[it] = state.position
             n_eval_samp += info.n_obs_evaluated
@@ -470,8 +558,15 @@ class _HMCFamily(SamplerConfig):
             if "sign" in stats:
                 stats["sign"][it] = info.sign
             if callback is not None:
-                callback(n_warmup + it + 1, info.is_divergent, eps)
+                callback(n_done_before + it + 1, info.is_divergent, eps)
+            n_done = it + 1
         t_end = time.perf_counter()
+        interrupted = n_done < n_draws or resume is None
+        if n_done < n_draws:
+            draws = draws[:n_done].copy()
+            stats = {name: value[:n_done].copy() for name, value in stats.items()}
+        if resume is not None:
+            resume = dict(resume, state=state, iteration=offset + n_done)
         return ChainResult(
             draws=draws, stats=stats, n_obs_evaluated_warmup=int(n_eval_warm),
             n_obs_evaluated_sampling=int(n_eval_samp), n_divergent_warmup=n_div_warm,
@@ -482,6 +577,7 @@ class _HMCFamily(SamplerConfig):
             n_refinements=n_refinements,
             extra=dict(getattr(adapter, "extra", {})),
             wall_time_warmup=t_warm - t_start, wall_time_sampling=t_end - t_warm,
+            interrupted=interrupted, resume=resume,
         )
 
 
@@ -553,9 +649,10 @@ class HMC(_HMCFamily):
     def validate(self, n_obs):
         self._validate_common(n_obs)
 
-    def run_chain(self, rng, posterior, prepared, n_warmup, n_draws, callback=None):
+    def run_chain(self, rng, posterior, prepared, n_warmup, n_draws, callback=None, stop=None,
+                  resume=None):
         return self._run(_FullDataAdapter(posterior), rng, posterior, prepared, n_warmup,
-                         n_draws, callback)
+                         n_draws, callback, stop, resume)
 
 
 class HMCECS(_HMCFamily):
@@ -694,9 +791,11 @@ integration_time, chebyshev_cycle
                        "Use a smaller subsample_size, subsample_size='auto', or the "
                        "full-data sampler='hmc'.")
 
-    def run_chain(self, rng, posterior, prepared, n_warmup, n_draws, callback=None):
+    def run_chain(self, rng, posterior, prepared, n_warmup, n_draws, callback=None, stop=None,
+                  resume=None):
         if self.estimator == "signed":
             adapter = _SignedECSAdapter(self, posterior, bool(refinement_schedule(n_warmup)))
         else:
             adapter = _ECSAdapter(self, posterior)
-        return self._run(adapter, rng, posterior, prepared, n_warmup, n_draws, callback)
+        return self._run(adapter, rng, posterior, prepared, n_warmup, n_draws, callback, stop,
+                         resume)

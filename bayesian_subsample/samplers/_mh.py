@@ -26,6 +26,7 @@ from ._base import (
     check_positive_float,
     check_positive_int,
     check_rows,
+    stop_requested,
 )
 from ._hmc_family import _laplace_offset, prepare_at_full_data_mode
 from .metric import metric_from_mass_matrix
@@ -104,7 +105,8 @@ class _MHFamily(SamplerConfig):
         if not (isinstance(self.proposal_scale, str) and self.proposal_scale == "auto"):
             check_positive_float(self.proposal_scale, "proposal_scale")
 
-    def _run(self, rng, posterior, prepared, n_warmup, n_draws, transition, callback=None):
+    def _run(self, rng, posterior, prepared, n_warmup, n_draws, transition, callback=None,
+             stop=None, resume=None):
         t0 = time.perf_counter()
         ex = prepared.expansion
         metric = metric_from_mass_matrix(ex.neg_hessian, dense=True)
@@ -114,11 +116,19 @@ class _MHFamily(SamplerConfig):
         log_s0 = math.log(self._initial_scale(d) if adapt else float(self.proposal_scale))
         log_s = log_s0
         target_accept = self._target_accept()
-        position = ex.theta_star + _laplace_offset(rng, metric)
-        state = self._init_state(posterior, position)
         n_eval_warm = 0
         at_bound = False
+        warm_complete = True
+        if resume is not None:
+            # The scale is frozen after warm-up: the state and log s continue the chain.
+            state, log_s, n_warmup = resume["state"], resume["log_scale"], 0
+        else:
+            position = ex.theta_star + _laplace_offset(rng, metric)
+            state = self._init_state(posterior, position)
         for it in range(n_warmup):
+            if stop_requested(stop):
+                warm_complete, n_draws = False, 0
+                break
             state, accepted, cost, _ = transition(rng, state, math.exp(log_s), cov_chol)
             n_eval_warm += cost
             if adapt:
@@ -138,7 +148,10 @@ class _MHFamily(SamplerConfig):
         stats = {k: np.zeros(n_draws, dtype=bool if k == "diverging" else float)
                  for k in _STATS}
         n_eval = 0
+        n_done = 0
         for it in range(n_draws):
+            if stop_requested(stop):
+                break
             state, accepted, cost, fraction = transition(rng, state, math.exp(log_s), cov_chol)
             draws[it] = state.position
             n_eval += cost
@@ -149,6 +162,10 @@ class _MHFamily(SamplerConfig):
             stats["data_fraction"][it] = fraction
             if callback is not None:
                 callback(n_warmup + it + 1, False, math.exp(log_s))
+            n_done = it + 1
+        if n_done < n_draws:
+            draws = draws[:n_done].copy()
+            stats = {name: value[:n_done].copy() for name, value in stats.items()}
         for k in ("energy", "energy_error", "lp"):
             stats[k][:] = np.nan
         t2 = time.perf_counter()
@@ -159,12 +176,15 @@ class _MHFamily(SamplerConfig):
             inverse_mass_matrix=metric.inverse_mass_matrix, theta_star=ex.theta_star,
             subsample_size=int(self._rows_per_decision(posterior)), n_refinements=0,
             extra={"proposal_scale": math.exp(log_s),
-                   "mean_data_fraction": float(stats["data_fraction"].mean()),
+                   "mean_data_fraction": (float(stats["data_fraction"].mean()) if n_done
+                                          else math.nan),
                    "proposal_scale_at_bound": bool(at_bound),
                    **({"warning": _SCALE_BOUND_MESSAGE.format(
                        low=math.exp(log_s0 + _LOG_SCALE_RANGE[0]),
                        high=math.exp(log_s0 + _LOG_SCALE_RANGE[1]))} if at_bound else {})},
             wall_time_warmup=t1 - t0, wall_time_sampling=t2 - t1,
+            interrupted=n_done < n_draws or not warm_complete,
+            resume={"state": state, "log_scale": log_s} if warm_complete else None,
         )
 
 
@@ -207,7 +227,8 @@ class RandomWalkMH(_MHFamily):
         position = np.array(position, dtype=float)
         return _RWState(position, posterior.full_loglik(position) + posterior.logprior(position))
 
-    def run_chain(self, rng, posterior, prepared, n_warmup, n_draws, callback=None):
+    def run_chain(self, rng, posterior, prepared, n_warmup, n_draws, callback=None, stop=None,
+                  resume=None):
         n = posterior.n_obs
 
         def transition(rng, state, scale, cov_chol):
@@ -218,7 +239,8 @@ class RandomWalkMH(_MHFamily):
                 return _RWState(proposal, new), True, n, 1.0
             return state, False, n, 1.0
 
-        return self._run(rng, posterior, prepared, n_warmup, n_draws, transition, callback)
+        return self._run(rng, posterior, prepared, n_warmup, n_draws, transition, callback,
+                         stop, resume)
 
 
 class AusterityMH(_MHFamily):
@@ -345,7 +367,8 @@ class AusterityMH(_MHFamily):
     def _init_state(self, posterior, position):
         return austerity.init(position, posterior)
 
-    def run_chain(self, rng, posterior, prepared, n_warmup, n_draws, callback=None):
+    def run_chain(self, rng, posterior, prepared, n_warmup, n_draws, callback=None, stop=None,
+                  resume=None):
         eps, m = float(self.epsilon), self._resolved(self.batch_size, posterior.n_obs)
         cv = prepared.expansion if self.control_variates else None
         if self.proposal == "sgld":
@@ -367,4 +390,5 @@ class AusterityMH(_MHFamily):
                 new, info = austerity.step(rng, state, posterior, params)
                 return new, info.is_accepted, info.n_obs_evaluated, info.data_fraction
 
-        return self._run(rng, posterior, prepared, n_warmup, n_draws, transition, callback)
+        return self._run(rng, posterior, prepared, n_warmup, n_draws, transition, callback,
+                         stop, resume)

@@ -85,6 +85,7 @@ from ._base import (
     check_positive_float,
     check_positive_int,
     check_rows,
+    stop_requested,
 )
 from ._hmc_family import _laplace_offset, prepare_at_full_data_mode
 from .metric import metric_from_mass_matrix
@@ -213,9 +214,19 @@ class _Recorder:
         self.max_events = max_events
         self.ev_time, self.ev_pos, self.ev_vel, self.ev_kind = [], [], [], []
         self.n_events = 0
+        #: Draws recorded by earlier runs of a continued chain.
+        self.offset = 0
+
+    def extend(self, n_draws):
+        """Continue the grid for ``n_draws`` more draws (a resumed chain)."""
+        self.offset += self.n_done
+        self.n_done = 0
+        self.n_draws = n_draws
+        self.t_end = self.t_start + (self.offset + n_draws) * self.interval
+        self.draws = np.empty((n_draws, self.dim))
 
     def next_grid_time(self):
-        return self.t_start + (self.n_done + 1) * self.interval
+        return self.t_start + (self.offset + self.n_done + 1) * self.interval
 
     def grid(self, x0, u, t0, t1):
         """Emit draws at grid times in ``(t0, t1]`` on the line ``x0 + (t - t0) u``.
@@ -351,38 +362,63 @@ class _PDMPFamily(SamplerConfig):
         position = expansion.theta_star + _laplace_offset(rng, metric)
         return position, bps.sample_velocity(rng, len(position))
 
-    def _drive(self, rng, posterior, prepared, n_warmup, n_draws, kernel, callback=None):
-        """Run ``kernel`` (an object with ``step``/``velocity``/``position``) on the grid."""
+    def _drive(self, rng, posterior, prepared, n_warmup, n_draws, kernel, callback=None,
+               stop=None, resume=None):
+        """Run ``kernel`` (an object with ``step``/``velocity``/``position``) on the grid.
+
+        With ``resume`` (a post-warm-up stop point of an earlier run) the
+        trajectory, the grid, the moment sums and the event list continue
+        where that run stopped, so the draws are those of one longer run.
+        """
         t_clock = time.perf_counter()
         expansion = prepared.expansion
         tau, interval, refresh = self._scales(expansion)
-        kernel.setup(rng, expansion, refresh)
-        bounds = _Bounds(type(self).__name__, expansion.neg_hessian, expansion.theta_star,
-                         interval, self.max_steps_per_draw)
-        t_warm_end = n_warmup * interval
-        rec = _Recorder(posterior.dim, t_warm_end, interval, n_draws,
-                        int(self.max_stored_events))
         stats = {name: np.zeros(n_draws) for name in _STATS}
         for name in ("energy", "energy_error", "lp"):
             stats[name][:] = np.nan
         stats["diverging"] = np.zeros(n_draws, dtype=bool)
         stats["step_size"][:] = interval
-        n_eval_warm = kernel.n_obs_evaluated_init
         n_eval_samp = 0
-        t = 0.0
-        line_x, line_u, line_t = kernel.position.copy(), kernel.velocity_w.copy(), 0.0
-        if n_warmup == 0:
-            rec.event(0.0, line_x, line_u, 0)
-        n_bad = 0
-        acc = dict(steps=0, bounces=0, refreshes=0, proposals=0, violations=0, evals=0,
-                   div=False)
-        totals = dict(bounces=0, refreshes=0, proposals=0, violations=0, observe=0,
-                      numerical_errors=0)
-        warm_done = n_warmup == 0
-        if warm_done:
-            kernel.freeze()
+        if resume is None:
+            kernel.setup(rng, expansion, refresh)
+            bounds = _Bounds(type(self).__name__, expansion.neg_hessian, expansion.theta_star,
+                             interval, self.max_steps_per_draw)
+            t_warm_end = n_warmup * interval
+            rec = _Recorder(posterior.dim, t_warm_end, interval, n_draws,
+                            int(self.max_stored_events))
+            n_eval_warm = kernel.n_obs_evaluated_init
+            t = 0.0
+            line_x, line_u, line_t = kernel.position.copy(), kernel.velocity_w.copy(), 0.0
+            if n_warmup == 0:
+                rec.event(0.0, line_x, line_u, 0)
+            n_bad = 0
+            acc = dict(steps=0, bounces=0, refreshes=0, proposals=0, violations=0, evals=0,
+                       div=False)
+            totals = dict(bounces=0, refreshes=0, proposals=0, violations=0, observe=0,
+                          numerical_errors=0)
+            warm_done = n_warmup == 0
+            if warm_done:
+                kernel.freeze()
+        else:
+            kernel = resume["kernel"]
+            kernel.target = kernel.make_target(posterior, expansion)
+            bounds = resume["bounds"]
+            rec = resume["recorder"]
+            rec.extend(n_draws)
+            t_warm_end, t, n_bad = rec.t_start, resume["t"], resume["n_bad"]
+            line_x, line_u, line_t = resume["line"]
+            acc, totals = dict(resume["acc"]), dict(resume["totals"])
+            n_eval_warm, warm_done = 0, True
+            if resume["pending_event"] is not None:
+                x_p, u_p, t_p, t_event, kind = resume["pending_event"]
+                t_old_end = rec.t_start + rec.offset * interval
+                rec.line(x_p + (t_old_end - t_p) * u_p, u_p, t_old_end, t_event)
+                rec.event(t_event, line_x, line_u, kind)
         t_warm_clock = time.perf_counter() if warm_done else None
+        pending_event = None
         while rec.n_done < n_draws:
+            if stop_requested(stop):
+                break
             x0, u0 = kernel.position, kernel.velocity_w
             info = kernel.step(rng)
             t1 = t + info.duration
@@ -442,20 +478,49 @@ class _PDMPFamily(SamplerConfig):
                 n_eval_warm += info.n_obs_evaluated
             if info.event in (bps.BOUNCE, bps.REFRESH) or info.is_divergent:
                 rec.line(line_x, line_u, line_t, t1)
+                if t1 > rec.t_end:
+                    # Past the end of the grid: a continued run records the rest
+                    # of this segment and the event.
+                    pending_event = (line_x, line_u, line_t, t1, int(info.event))
                 line_x, line_u, line_t = kernel.position.copy(), kernel.velocity_w.copy(), t1
                 rec.event(t1, line_x, line_u, int(info.event))
             t = t1
             if callback is not None:
                 callback(n_warmup + rec.n_done if warm_done
                          else min(int(t1 / interval), n_warmup), info.is_divergent, interval)
+        n_done = rec.n_done
+        interrupted = n_done < n_draws
+        resumable = warm_done
+        if interrupted:
+            rec.draws = rec.draws[:n_done].copy()
+            stats = {name: value[:n_done].copy() for name, value in stats.items()}
+        if resumable:
+            # The state before the overshoot is charged and the last line is
+            # flushed below: a continued run charges and flushes them itself.
+            kernel.target = None
+            resume = {"kernel": kernel, "bounds": bounds,
+                      "recorder": _Recorder.__new__(_Recorder), "t": t,
+                      "n_bad": n_bad, "line": (line_x, line_u, line_t), "acc": dict(acc),
+                      "totals": dict(totals), "pending_event": pending_event,
+                      "stats_correction": {"n_obs_evaluated": acc["evals"] if n_done else 0}}
+            vars(resume["recorder"]).update(vars(rec), draws=None,
+                                            sum1=rec.sum1.copy(), sum2=rec.sum2.copy(),
+                                            ev_time=list(rec.ev_time), ev_pos=list(rec.ev_pos),
+                                            ev_vel=list(rec.ev_vel), ev_kind=list(rec.ev_kind))
+        else:
+            resume = None
         # Overshoot of the last step: its evaluations are charged to the last draw.
-        if n_draws:
-            stats["n_obs_evaluated"][-1] += acc["evals"]
+        if n_done:
+            stats["n_obs_evaluated"][n_done - 1] += acc["evals"]
         rec.line(line_x, line_u, line_t, t)
         t_end_clock = time.perf_counter()
         if t_warm_clock is None:
             t_warm_clock = t_end_clock
-        mean, cov = rec.moments()
+        if rec.total > 0:
+            mean, cov = rec.moments()
+        else:
+            mean = np.full(posterior.dim, np.nan)
+            cov = np.full((posterior.dim, posterior.dim), np.nan)
         T = rec.total
         extra = {
             "continuous_mean": mean,
@@ -483,11 +548,12 @@ class _PDMPFamily(SamplerConfig):
             draws=rec.draws, stats=stats, n_obs_evaluated_warmup=int(n_eval_warm),
             n_obs_evaluated_sampling=int(n_eval_samp), n_divergent_warmup=0,
             step_size=float(interval),
-            n_integration_steps=int(round(float(np.mean(stats["n_steps"])))) if n_draws else 0,
+            n_integration_steps=int(round(float(np.mean(stats["n_steps"])))) if n_done else 0,
             inverse_mass_matrix=inv_metric,
             theta_star=np.asarray(expansion.theta_star),
             subsample_size=int(kernel.subsample_size), n_refinements=0, extra=extra,
-            wall_time_warmup=t_warm_clock - t_clock, wall_time_sampling=t_end_clock - t_warm_clock)
+            wall_time_warmup=t_warm_clock - t_clock, wall_time_sampling=t_end_clock - t_warm_clock,
+            interrupted=interrupted, resume=resume)
 
 
 class _BPSKernel:
@@ -499,6 +565,11 @@ class _BPSKernel:
         self.B = prepared.curvature_bound
         self.subsample_size = posterior.n_obs
         self.preconditioner = np.ones(posterior.dim)
+
+    @staticmethod
+    def make_target(posterior, expansion):
+        """The full-data target (rebuilt for a continued chain: it holds the data)."""
+        return posterior.full_target()
 
     def setup(self, rng, expansion, refresh):
         x, v = self.config._start(rng, expansion)
@@ -543,6 +614,11 @@ class _SBPSKernel:
         self.adapting = bool(config.preconditioned)
         self._ema = None
         self.n_preconditioner_updates = 0
+
+    def make_target(self, posterior, expansion):
+        """The minibatch gradient estimator (rebuilt for a continued chain)."""
+        return posterior.gradient_estimator(
+            self.subsample_size, expansion if self.config.control_variates else None)
 
     def _params(self, refresh):
         a = self.preconditioner
@@ -719,10 +795,12 @@ class BPS(_PDMPFamily):
         prepared = self._prepare_reference(rng, posterior)
         return _PDMPPrepared(prepared.expansion, prepared.n_obs_evaluated + cost, B)
 
-    def run_chain(self, rng, posterior, prepared, n_warmup, n_draws, callback=None):
+    def run_chain(self, rng, posterior, prepared, n_warmup, n_draws, callback=None, stop=None,
+                  resume=None):
         """One chain: warm-up trajectory, then ``n_draws`` grid draws."""
         return self._drive(rng, posterior, prepared, n_warmup, n_draws,
-                           _BPSKernel(self, posterior, prepared), callback)
+                           None if resume else _BPSKernel(self, posterior, prepared),
+                           callback, stop, resume)
 
 
 class SBPS(_PDMPFamily):
@@ -874,10 +952,12 @@ class SBPS(_PDMPFamily):
         prepared = self._prepare_reference(rng, posterior)
         return _PDMPPrepared(prepared.expansion, prepared.n_obs_evaluated, None)
 
-    def run_chain(self, rng, posterior, prepared, n_warmup, n_draws, callback=None):
+    def run_chain(self, rng, posterior, prepared, n_warmup, n_draws, callback=None, stop=None,
+                  resume=None):
         """One chain: warm-up trajectory (pSBPS adapts ``A``), then grid draws."""
         return self._drive(rng, posterior, prepared, n_warmup, n_draws,
-                           _SBPSKernel(self, posterior, prepared), callback)
+                           None if resume else _SBPSKernel(self, posterior, prepared),
+                           callback, stop, resume)
 
 
 def pSBPS(**params):  # noqa: N802 - the paper's name

@@ -78,6 +78,7 @@ from ._base import (
     check_positive_float,
     check_positive_int,
     check_rows,
+    stop_requested,
 )
 from ._hmc_family import _HMCFamily
 from .adaptation import refinement_schedule
@@ -279,7 +280,17 @@ class _SGFamily(SamplerConfig):
                 "larger subsample_size.", UserWarning, stacklevel=3)
 
     # -------------------------------------------------------------- driver
-    def run_chain(self, rng, posterior, prepared, n_warmup, n_draws, callback=None):
+    def run_chain(self, rng, posterior, prepared, n_warmup, n_draws, callback=None, stop=None,
+                  resume=None):
+        if resume is not None:
+            # Continue from the kernel (state and tuning) and theta* of ``resume``;
+            # the gradient estimator holds the data, so it is rebuilt around it.
+            t_start = time.perf_counter()
+            expansion, kernel = resume["expansion"], resume["kernel"]
+            estimator = self._estimator(posterior, expansion)
+            return self._sample_phase(rng, posterior, n_draws, stop, t_start, t_start, 0, 0,
+                                      resume["n_refinements"], expansion, kernel, estimator,
+                                      dict(resume["extra"]), True, callback, 0)
         t_start = time.perf_counter()
         expansion = prepared.expansion
         metric = self._metric(expansion)
@@ -302,7 +313,11 @@ class _SGFamily(SamplerConfig):
         n_eval_warm = n_div_warm = n_refinements = 0
         n_stuck = n_restarts = 0
         seen = [expansion.neg_hessian]  # negative Hessians at every theta* so far
+        warm_complete = True
         for it in range(n_warmup):
+            if stop_requested(stop):
+                warm_complete = False
+                break
             info = kernel.step(rng, estimator)
             n_eval_warm += info.n_obs_evaluated
             n_div_warm += int(info.is_divergent)
@@ -357,16 +372,31 @@ class _SGFamily(SamplerConfig):
                                               self._max_move(expansion, metric, eps, kernel))
                     window = []
         extra = {"skipped_refinements": n_skipped, "restarted_at_reference": bool(n_restarts)}
-        cost = kernel.finish_warmup(rng, estimator, window, extra)
-        n_eval_warm += cost
-        t_warm = time.perf_counter()
+        if warm_complete:
+            n_eval_warm += kernel.finish_warmup(rng, estimator, window, extra)
+        extra.update(getattr(self, "_bias_report", {}))
+        return self._sample_phase(rng, posterior, n_draws if warm_complete else 0, stop,
+                                  t_start, time.perf_counter(), n_eval_warm, n_div_warm,
+                                  n_refinements, expansion, kernel, estimator, extra,
+                                  warm_complete, callback, n_warmup)
 
+    def _sample_phase(self, rng, posterior, n_draws, stop, t_start, t_warm, n_eval_warm,
+                      n_div_warm, n_refinements, expansion, kernel, estimator, extra,
+                      resumable, callback, n_done_before):
+        """Post-warm-up draws; the kernel object carries the chain state and tuning.
+
+        Nothing here depends on ``n_draws`` (a fixed step size, no schedule), so
+        a chain continued from its ``resume`` draws what one longer run draws.
+        """
         dim = posterior.dim
         draws = np.empty((n_draws, dim))
         stats = {name: np.full(n_draws, np.nan) for name in _SG_STATS}
         stats["diverging"] = np.zeros(n_draws, dtype=bool)
         n_eval_samp = 0
+        n_done = 0
         for it in range(n_draws):
+            if stop_requested(stop):
+                break
             info = kernel.step(rng, estimator)
             draws[it] = kernel.position
             n_eval_samp += info.n_obs_evaluated
@@ -376,9 +406,17 @@ class _SGFamily(SamplerConfig):
             stats["n_steps"][it] = info.n_steps
             stats["n_obs_evaluated"][it] = info.n_obs_evaluated
             if callback is not None:
-                callback(n_warmup + it + 1, info.is_divergent, kernel.step_size)
+                callback(n_done_before + it + 1, info.is_divergent, kernel.step_size)
+            n_done = it + 1
         t_end = time.perf_counter()
-        extra.update(getattr(self, "_bias_report", {}))
+        if n_done < n_draws:
+            draws = draws[:n_done].copy()
+            stats = {name: value[:n_done].copy() for name, value in stats.items()}
+        metric = kernel.metric
+        resume = None
+        if resumable:
+            resume = {"kernel": kernel, "expansion": expansion, "n_refinements": n_refinements,
+                      "extra": extra}
         return ChainResult(
             draws=draws, stats=stats, n_obs_evaluated_warmup=int(n_eval_warm),
             n_obs_evaluated_sampling=int(n_eval_samp), n_divergent_warmup=int(n_div_warm),
@@ -386,7 +424,8 @@ class _SGFamily(SamplerConfig):
             inverse_mass_matrix=metric.inverse_mass_matrix,
             theta_star=np.asarray(expansion.theta_star),
             subsample_size=int(estimator.subsample_size), n_refinements=n_refinements,
-            extra=extra, wall_time_warmup=t_warm - t_start, wall_time_sampling=t_end - t_warm)
+            extra=extra, wall_time_warmup=t_warm - t_start, wall_time_sampling=t_end - t_warm,
+            interrupted=n_done < n_draws or not resumable, resume=resume)
 
 
 def _finite_expansion(expansion):
@@ -433,6 +472,7 @@ class _SGLDDriver:
 
     def __init__(self, position, metric, eps, n_steps):
         self.state = sgld.init(position)
+        self.metric = metric
         self.params = sgld.SGLDParams(eps, metric)
         self.step_size = eps
         self.n_steps = n_steps

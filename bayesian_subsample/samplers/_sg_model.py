@@ -144,8 +144,14 @@ class ModelSG(SamplerConfig):
         self.validate(posterior.n_obs)
         return Prepared(None, 0)
 
-    def run_chain(self, rng, posterior, prepared, n_warmup, n_draws, callback=None):
-        return run_model_chain(self, rng, posterior, n_warmup, n_draws, progress=callback)
+    def run_chain(self, rng, posterior, prepared, n_warmup, n_draws, callback=None, stop=None,
+                  resume=None):
+        # Not resumable (the kept networks are spread over n_draws), and an
+        # interrupted chain keeps nothing: a stop request ends it by raising.
+        if resume is not None:
+            raise ValueError(f"{type(self).__name__} chains cannot be continued; fit again.")
+        return run_model_chain(self, rng, posterior, n_warmup, n_draws, progress=callback,
+                               stop=stop)
 
 
 def _kept_iterations(n_draws, n_kept):
@@ -153,7 +159,8 @@ def _kept_iterations(n_draws, n_kept):
     return np.unique(np.round(np.linspace(n_draws - 1, 0, n_kept)[::-1]).astype(int))
 
 
-def run_model_chain(config, rng, posterior, n_warmup, n_draws, trace=None, progress=None):
+def run_model_chain(config, rng, posterior, n_warmup, n_draws, trace=None, progress=None,
+                    stop=None):
     """Run one chain of ``config`` (a :class:`ModelSG`) on ``posterior``.
 
     ``trace(iteration, position, hyper)``, if given, is called after every
@@ -227,6 +234,8 @@ def run_model_chain(config, rng, posterior, n_warmup, n_draws, trace=None, progr
     t_warm = None
     slot = 0
     for it in range(n_warmup + n_draws):
+        if stop is not None and stop.is_set():
+            raise KeyboardInterrupt("Sampling was interrupted; the estimator is unchanged.")
         if it == n_warmup:
             t_warm = time.perf_counter()
             if method == "hmc":
