@@ -139,6 +139,11 @@ def _check_fitted(est, X, classifier):
         assert np.all(np.isfinite(pred)), pred
 
 
+_PDMP = ("bps", "sbps", "psbps")
+#: Words of the PDMP samplers' documented stopping errors.
+_PDMP_STOPS = ("event rate stays at zero", "max_steps_per_draw")
+
+
 @settings(max_examples=70, deadline=None, derandomize=True, database=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 @given(estimator=st.sampled_from(sorted(ESTIMATORS)), sampler=st.sampled_from(SAMPLER_NAMES),
@@ -164,8 +169,13 @@ def test_fuzz_estimators_and_samplers(estimator, sampler, kind, n, d, seed):
             except Exception as exc:
                 if not isinstance(exc, (ValueError, TypeError)):
                     raise
-                words = invalid.get(kind)
                 message = str(exc).lower()
+                if sampler in _PDMP and any(w in message for w in _PDMP_STOPS):
+                    # The documented end of a piecewise-deterministic chain on a
+                    # (nearly) improper posterior, e.g. two separable rows under
+                    # a wide prior: a clear error naming the cause (issue 18).
+                    return
+                words = invalid.get(kind)
                 assert words is not None, f"valid input ({kind}) raised {exc!r}"
                 assert any(w in message for w in words), (
                     f"{kind}: the message does not name the problem: {exc}")
