@@ -53,6 +53,9 @@ setup(
             "h5netcdf",
             "netCDF4",
             "zarr",
+            # The dask backend tests (tests/test_backends.py, tests/test_interrupt.py).
+            "dask",
+            "distributed",
         ],
         "doc": [
             "sphinx>=7",
