@@ -36,7 +36,7 @@ from ._base import (
     resolve_sampler,
 )
 from ._export import ArviZExportMixin
-from ._predictive import RegressorPredictiveMixin
+from ._predictive import RegressorPredictiveMixin, _check_alpha
 from ._validation import check_data_scale, check_prior_scale
 
 __all__ = ["BayesianPoissonRegressor", "BayesianLinearRegression"]
@@ -45,16 +45,6 @@ __all__ = ["BayesianPoissonRegressor", "BayesianLinearRegression"]
 _PREDICT_BLOCK = 1 << 22
 #: Iteration cap of the quantile searches (each halves a bracket or doubles a step).
 _MAX_SEARCH = 200
-
-
-def _check_alpha(alpha):
-    try:
-        ok = not isinstance(alpha, bool) and 0 < float(alpha) < 1
-    except (TypeError, ValueError):
-        ok = False
-    if not ok:
-        raise ValueError(f"alpha must be a number strictly between 0 and 1, got {alpha!r}.")
-    return float(alpha)
 
 
 def _gaussian_mixture_quantile(p, mu, sd, weights, tol=1e-10):
