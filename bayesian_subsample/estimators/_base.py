@@ -59,6 +59,7 @@ from ..diagnostics import (
 )
 from ..samplers import SAMPLERS, SamplerConfig
 from ._validation import user_stacklevel
+from ._passes import set_up_passes
 
 __all__ = ["resolve_sampler", "seed_sequences", "run_chains", "check_positive_float",
            "check_sample_weight", "per_row_array", "SampledModelMixin", "WorkerLostError"]
@@ -478,7 +479,8 @@ def run_chains(config, posterior, random_state, n_chains, n_warmup, n_draws, n_j
     """
     if resume is None:
         seeds = seed_sequences(random_state, n_chains + 1)
-        prepared = config.prepare(np.random.default_rng(seeds[0]), posterior)
+        with set_up_passes(posterior, n_jobs):
+            prepared = config.prepare(np.random.default_rng(seeds[0]), posterior)
         tasks = [(seed, None) for seed in seeds[1:]]
     else:
         # Copies: the drivers advance the states they are given, and the

@@ -203,10 +203,8 @@ class TallPosterior:
                 "bound its event rate. Use sampler='sbps' or 'hmc'.")
         model = self.model
         B = np.zeros((model.dim, model.dim))
-        for start, stop in model.chunks():
-            Xr, _, wr = model.chunk_rows(start, stop)
-            weights = np.ones(len(Xr)) if wr is None else wr
-            B += model.weighted_outer(Xr, weights)
+        for part in model.map_chunks("_block_outer"):
+            B += part
         B *= float(c)
         precision = np.asarray(precision, dtype=np.float64)
         B += np.diag(precision) if precision.ndim == 1 else precision

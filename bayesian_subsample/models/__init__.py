@@ -1,6 +1,7 @@
 """Models: per-observation log-likelihood terms, priors and binary MRFs (no sampling here)."""
 
-from ._glm import DEFAULT_CHUNK_SIZE, GLM, GaussianFamily, LogisticFamily, PoissonFamily
+from ._glm import (DEFAULT_CHUNK_SIZE, GLM, GaussianFamily, LogisticFamily, PoissonFamily,
+                   serial_map)
 from ._linear import LinearRegressionGLM, LinearRegressionPrior
 from ._basis import BasisGLM, BSplineBasis, spline_prior_precision
 from ._mrf import BinaryMRF
@@ -22,5 +23,6 @@ __all__ = [
     "MLP",
     "MLPModel",
     "PoissonFamily",
+    "serial_map",
     "spline_prior_precision",
 ]

@@ -23,14 +23,41 @@ log-likelihood is ``sum_k w_k log p(y_k | x_k, theta)``.
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 from scipy.special import gammaln
 
-__all__ = ["LogisticFamily", "GaussianFamily", "PoissonFamily", "GLM", "DEFAULT_CHUNK_SIZE"]
+__all__ = ["LogisticFamily", "GaussianFamily", "PoissonFamily", "GLM", "DEFAULT_CHUNK_SIZE",
+           "serial_map"]
 
 #: Rows per chunk in full passes. 16384 rows x 30 float64 features is 4 MB,
 #: small enough to stay in cache between the forward and backward product.
 DEFAULT_CHUNK_SIZE = 16384
+
+
+def serial_map(fn, items):
+    """Apply ``fn`` to each of ``items`` in order, in this process.
+
+    The default chunk map of a :class:`GLM`.  A chunk map is any callable
+    ``(fn, items) -> list`` returning ``[fn(item) for item in items]`` in the
+    order of ``items``; the estimator layer installs one that runs on the
+    active joblib backend for the passes made before the chains start (the
+    models layer itself never imports joblib, DESIGN §1).  Full-pass sums
+    are reduced from the returned partial results in chunk order, so every
+    map gives bit-identical sums.
+    """
+    return [fn(item) for item in items]
+
+
+def _on_chunk(model, method, args, bounds):
+    """``model.<method>(Xr, yr, wr, *args)`` on the rows ``bounds = (start, stop)``.
+
+    Module level, with the model as an argument, so that process-based
+    joblib backends can pickle the task.
+    """
+    Xr, yr, wr = model.chunk_rows(*bounds)
+    return getattr(model, method)(Xr, yr, wr, *args)
 
 
 class LogisticFamily:
@@ -171,6 +198,8 @@ class GLM:
         )
         self.fit_intercept = bool(fit_intercept)
         self.chunk_size = int(chunk_size)
+        #: How full passes map over chunks (see :func:`serial_map`).
+        self.chunk_map = serial_map
 
     # ----------------------------------------------------------------- shapes
     @property
@@ -283,13 +312,27 @@ class GLM:
         a trajectory.
         """
         grad = np.zeros(self.dim)
-        for start, stop in self.chunks():
-            Xr, yr, wr = self.chunk_rows(start, stop)
-            d1 = self.family.grad_eta(yr, self.eta(theta, Xr))
-            if wr is not None:
-                d1 = d1 * wr
-            grad += self.backprop(Xr, d1)
+        for part in self.map_chunks("_block_grad", theta):
+            grad += part
         return grad
+
+    def _block_grad(self, Xr, yr, wr, theta):
+        d1 = self.family.grad_eta(yr, self.eta(theta, Xr))
+        if wr is not None:
+            d1 = d1 * wr
+        return self.backprop(Xr, d1)
+
+    def map_chunks(self, method, *args):
+        """``[self.<method>(Xr, yr, wr, *args)]`` for every chunk, in row order.
+
+        One full pass, run through :attr:`chunk_map` (in this process by
+        default; on the active joblib backend during an estimator's set-up).
+        Peak memory is O(chunk x dim) per task plus the per-chunk results.
+        """
+        bounds = list(self.chunks())
+        if len(bounds) <= 1:
+            return [_on_chunk(self, method, args, b) for b in bounds]
+        return self.chunk_map(functools.partial(_on_chunk, self, method, args), bounds)
 
     # --------------------------------------------------------- full passes
     def sums(self, theta, order=1, idx=None):
@@ -313,17 +356,32 @@ class GLM:
         grad = np.zeros(self.dim) if order >= 1 else None
         hess = np.zeros((self.dim, self.dim)) if order >= 2 else None
         if idx is None:
-            blocks = (self.chunk_rows(a, b) for a, b in self.chunks())
+            parts = self.map_chunks("_block_sums", theta, order)
         else:
-            blocks = (self.rows(idx),)
-        for Xr, yr, wr in blocks:
-            terms = self.eta_terms(yr, wr, self.eta(theta, Xr), order)
-            value += terms[0].sum()
+            parts = [self._block_sums(*self.rows(idx), theta, order)]
+        # Reduced in chunk order from zero, as a serial loop would: the same
+        # floating-point sums whatever map produced the parts.
+        for part in parts:
+            value += part[0]
             if order >= 1:
-                grad += self.backprop(Xr, terms[1])
+                grad += part[1]
             if order >= 2:
-                hess += self.weighted_outer(Xr, terms[2])
+                hess += part[2]
         return (value, grad, hess)[: order + 1]
+
+    def _block_sums(self, Xr, yr, wr, theta, order):
+        """Value, gradient and Hessian sums (up to ``order``) over the rows ``Xr``."""
+        terms = self.eta_terms(yr, wr, self.eta(theta, Xr), order)
+        out = [terms[0].sum()]
+        if order >= 1:
+            out.append(self.backprop(Xr, terms[1]))
+        if order >= 2:
+            out.append(self.weighted_outer(Xr, terms[2]))
+        return out
+
+    def _block_outer(self, Xr, yr, wr):
+        """``sum_i w_i z_i z_i^T`` over the rows ``Xr`` (unit weights when unweighted)."""
+        return self.weighted_outer(Xr, np.ones(len(Xr)) if wr is None else wr)
 
 
 class PoissonFamily:
