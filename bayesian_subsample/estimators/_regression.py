@@ -284,8 +284,12 @@ _COMMON_PARAMS_DOC = """\
     n_draws : int, default=1000
         Stored draws per chain.
     subsample_size : None, "auto" or int, default=None
-        Overrides the subsample size of a subsampling sampler; None keeps the
-        sampler's own setting.
+        Sets the subsample size of a subsampling sampler; None keeps the
+        sampler's own setting.  One front door: setting it here and on a
+        sampler object (``HMCECS(subsample_size=...)``) is an error, as is
+        setting it for a sampler without one (``"austerity_mh"`` reads
+        batches of ``AusterityMH(batch_size=...)`` rows; ``"hmc"``,
+        ``"rwmh"`` and ``"bps"`` use all the data).
     n_jobs : int or None, default=None
         Chains run in parallel through joblib.
     random_state : int, RandomState, Generator or None, default=None
