@@ -1,7 +1,8 @@
 """Models: per-observation log-likelihood terms, priors and binary MRFs (no sampling here)."""
 
 from ._glm import DEFAULT_CHUNK_SIZE, GLM, GaussianFamily, LogisticFamily, PoissonFamily
-from ._linear import LinearRegressionGLM, LinearRegressionPrior
+from ._linear import LinearRegressionFamily, LinearRegressionGLM, LinearRegressionPrior
+from ._predictive import PredictiveFamily
 from ._basis import BasisGLM, BSplineBasis, spline_prior_precision
 from ._mrf import BinaryMRF
 from ._mlp import MLP, MLPModel
@@ -16,11 +17,13 @@ __all__ = [
     "GaussianFamily",
     "GaussianPrecisionPrior",
     "GaussianPrior",
+    "LinearRegressionFamily",
     "LinearRegressionGLM",
     "LinearRegressionPrior",
     "LogisticFamily",
     "MLP",
     "MLPModel",
     "PoissonFamily",
+    "PredictiveFamily",
     "spline_prior_precision",
 ]
