@@ -85,7 +85,7 @@ class _PredictiveBase:
     def _family_args(self, extra, draws):
         """Keyword arguments of the family's methods for one block: ``extra``
         holds the block's per-row values (or None), ``draws`` the arrays of
-        :meth:`_draw_arrays`.  None by default."""
+        :meth:`_draw_arrays`.  No arguments by default."""
         return {}
 
     def _mixture_weights(self):
