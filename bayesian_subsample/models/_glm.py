@@ -34,7 +34,7 @@ from scipy.special import expit, gammaln
 
 from ._predictive import (
     GaussianPredictive,
-    _each_prob,
+    for_each_prob,
     mixture_moments,
     per_row,
     poisson_mixture_quantile,
@@ -121,7 +121,7 @@ class LogisticFamily:
     def predictive_quantile(self, probs, eta, weights):
         """0 where the mixture's ``P(y = 0) >= p``, else 1 (as floats)."""
         p0 = 1.0 - self.predictive_mean(eta, weights)
-        return _each_prob(probs, lambda p: np.where(p0 >= p, 0.0, 1.0))
+        return for_each_prob(probs, lambda p: np.where(p0 >= p, 0.0, 1.0))
 
     def sample(self, rng, eta):
         """Labels 0/1 (int64): ``u < sigmoid(eta)`` with ``u`` uniform of the shape of ``eta``."""
@@ -476,7 +476,7 @@ class PoissonFamily:
         with np.errstate(over="ignore", invalid="ignore"):
             mean, var = mixture_moments(rate, rate, weights)
         sd = np.sqrt(var)
-        return _each_prob(probs, lambda p: poisson_mixture_quantile(p, rate, weights, mean, sd))
+        return for_each_prob(probs, lambda p: poisson_mixture_quantile(p, rate, weights, mean, sd))
 
     def sample(self, rng, eta, exposure=None):
         """Counts (int64) from ``Poisson(mu)``; ValueError if a mean exceeds 1e15 or overflows."""

@@ -44,7 +44,7 @@ import numpy as np
 from scipy.special import ndtr, ndtri, pdtr
 
 __all__ = ["PredictiveFamily", "GaussianPredictive", "gaussian_mixture_quantile",
-           "poisson_mixture_quantile", "mixture_moments", "per_row"]
+           "poisson_mixture_quantile", "mixture_moments", "per_row", "for_each_prob"]
 
 #: Iteration cap of the quantile searches (each halves a bracket or doubles a step).
 _MAX_SEARCH = 200
@@ -108,7 +108,7 @@ def mixture_moments(mean, var, weights):
     return mix, np.maximum(mix_var, 0.0)
 
 
-def _each_prob(probs, quantile):
+def for_each_prob(probs, quantile):
     """Apply ``quantile(p)`` to a number or to each entry of a sequence of numbers."""
     if np.ndim(probs) == 0:
         return quantile(float(probs))
@@ -254,7 +254,7 @@ class GaussianPredictive:
     def predictive_quantile(self, probs, eta, weights, noise_scale=None):
         """Quantiles of ``sum_j w_j N(eta_rj, s_j^2)`` by safeguarded Newton iterations."""
         s = np.broadcast_to(self._noise_scale(noise_scale), weights.shape)
-        return _each_prob(probs, lambda p: gaussian_mixture_quantile(p, eta, s, weights))
+        return for_each_prob(probs, lambda p: gaussian_mixture_quantile(p, eta, s, weights))
 
     def sample(self, rng, eta, noise_scale=None):
         """``eta + s * z`` with standard normal ``z`` of the shape of ``eta``."""
