@@ -470,7 +470,8 @@ class PoissonFamily:
     def predictive_quantile(self, probs, eta, weights, exposure=None):
         """Smallest integer ``k`` with mixture CDF ``sum_j w_j P(Pois(mu_j) <= k) >= p``.
 
-        Integer-valued floats; ``inf`` for a row with an overflowing rate.
+        Integer-valued floats; ``inf`` where the CDF never reaches ``p``
+        (weight on a rate that overflowed to ``inf``).
         """
         rate = self._rate(eta, exposure)
         with np.errstate(over="ignore", invalid="ignore"):
