@@ -24,7 +24,7 @@ from bayesian_subsample import (
     BayesianLinearRegression,
     BayesianPoissonRegressor,
 )
-from bayesian_subsample.estimators import _regression
+from bayesian_subsample.estimators import _predictive, _regression
 from bayesian_subsample.likelihood import TallPosterior
 from bayesian_subsample.models import (
     GLM,
@@ -467,7 +467,7 @@ def test_poisson_exposure_scales_predictions_and_blocks_agree(monkeypatch):
     np.testing.assert_allclose(s1**2, rate.mean(1) + rate.var(1), rtol=1e-10)
     # Deterministic, and row blocks change nothing.
     lo, up = reg.predict_interval(X[:200])
-    monkeypatch.setattr(_regression, "_PREDICT_BLOCK", 1000)
+    monkeypatch.setattr(_predictive, "_BLOCK", 1000)  # row blocks of the predictive mixins
     lo2, up2 = reg.predict_interval(X[:200])
     np.testing.assert_array_equal(lo, lo2)
     np.testing.assert_array_equal(up, up2)

@@ -32,6 +32,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import hashlib
+import inspect
 import numbers
 import os
 import shutil
@@ -317,11 +318,36 @@ def _signals_held():
         raise KeyboardInterrupt
 
 
+#: Parameters through which a sampler config sets how many rows one iteration
+#: reads, in order of preference; a sampler with none of them reads all rows.
+_ROWS_KNOBS = ("subsample_size", "batch_size")
+
+
+def _rows_knob(config):
+    """The parameter of ``config`` that sets the rows read per iteration, or None."""
+    params = config.get_params()
+    return next((knob for knob in _ROWS_KNOBS if knob in params), None)
+
+
+def _subsampling_samplers():
+    """``'name' (knob)`` for every registered sampler that reads a subset of rows."""
+    found = []
+    for name, factory in SAMPLERS.items():
+        knob = _rows_knob(factory())
+        if knob is not None:
+            found.append(f"{name!r} ({knob})")
+    return ", ".join(found)
+
+
 def resolve_sampler(sampler, subsample_size=None):
     """A fresh, configured sampler object from a name or a sampler object.
 
-    ``subsample_size`` (the estimators' parameter), when not None, overrides
-    the sampler's own value; it is an error for samplers that use all data.
+    ``subsample_size`` is the estimators' own parameter.  When not None it
+    sets the sampler's ``subsample_size``; one knob has one front door, so
+    it is an error when the sampler object sets ``subsample_size`` too (to
+    anything but its default), and for a sampler without a
+    ``subsample_size``: the message names the sampler's own knob (e.g.
+    ``AusterityMH(batch_size=...)``) or says that it reads all the data.
     """
     if isinstance(sampler, str):
         if sampler not in SAMPLERS:
@@ -337,13 +363,30 @@ def resolve_sampler(sampler, subsample_size=None):
             f"sampler must be a name in {sorted(SAMPLERS)} or a sampler object from "
             f"bayesian_subsample.samplers, got {sampler!r}."
         )
-    if subsample_size is not None:
-        if "subsample_size" not in config.get_params():
-            raise ValueError(
-                f"subsample_size={subsample_size!r} was given but the {config.name!r} sampler "
-                "uses all the data. Leave subsample_size=None or choose sampler='hmc_ecs'."
-            )
-        config.set_params(subsample_size=subsample_size)
+    if subsample_size is None:
+        return config
+    cls = type(config).__name__
+    knob = _rows_knob(config)
+    if knob is None:
+        raise ValueError(
+            f"subsample_size={subsample_size!r} was given but the {config.name!r} sampler "
+            "uses all the data at every iteration and has no subsample size. Leave "
+            "subsample_size=None or choose a subsampling sampler: "
+            f"{_subsampling_samplers()}.")
+    if knob != "subsample_size":
+        raise ValueError(
+            f"subsample_size={subsample_size!r} was given but the {config.name!r} sampler "
+            f"has no subsample_size: it reads the data in batches of {knob} rows. "
+            f"Leave subsample_size=None and pass sampler={cls}({knob}={subsample_size!r}).")
+    own = config.get_params()["subsample_size"]
+    default = inspect.signature(type(config).__init__).parameters["subsample_size"].default
+    if not _same_param(own, default):
+        raise ValueError(
+            f"subsample_size is set in two places: subsample_size={subsample_size!r} on the "
+            f"estimator and {cls}(subsample_size={own!r}) in sampler=. Set it in one place: "
+            "leave the estimator's subsample_size=None (to tune it, e.g. with GridSearchCV, "
+            f"use sampler__subsample_size), or leave the {cls}'s at its default.")
+    config.set_params(subsample_size=subsample_size)
     return config
 
 

@@ -81,8 +81,10 @@ class ArviZExportMixin:
     """``to_datatree`` and ``to_inference_data`` for the sampled estimators.
 
     Subclasses provide ``_export_posterior()`` (variables and coordinates of
-    the ``posterior`` group), ``_export_y(y)`` (validated numeric responses)
-    and ``_pointwise_log_likelihood(X, y, extra, draws)`` (rows x draws).
+    the ``posterior`` group), ``_export_y(y)`` (validated numeric responses),
+    ``_draw_arrays(idx)`` (parameter arrays of flat draw indices, from the
+    predictive mixins) and ``_pointwise_log_likelihood(X, y, extra, draws)``
+    (rows x draws; for the regressors, the family's ``log_prob``).
     """
 
     _export_extra_name = None  # e.g. "exposure" for the Poisson regressor
@@ -210,12 +212,8 @@ class ArviZExportMixin:
 
     def _export_draw_arrays(self, keep):
         """Flattened (draws, ...) parameter arrays of the kept draws, chain-major."""
-        W = self.coef_draws_[:, keep]
-        out = {"coef": W.reshape(-1, W.shape[-1]),
-               "intercept": self.intercept_draws_[:, keep].reshape(-1)}
-        if hasattr(self, "sigma_draws_"):
-            out["sigma"] = self.sigma_draws_[:, keep].reshape(-1)
-        return out
+        n_chains, n_draws = self.intercept_draws_.shape
+        return self._draw_arrays((np.arange(n_chains)[:, None] * n_draws + keep).reshape(-1))
 
     def to_inference_data(self, X=None, y=None, **kwargs):
         """:meth:`to_datatree` as an :class:`arviz.InferenceData` (ArviZ 0.x).

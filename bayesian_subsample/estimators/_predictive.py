@@ -22,6 +22,13 @@ exactly.)
 alpha)`` describe the posterior of the class probability ``p(x, theta)``
 itself: its sd and equal-tailed ``1 - alpha`` interval over the draws
 (sign-weighted for signed HMC-ECS).  They are deterministic.
+
+The maths of ``y`` given the linear predictor (inverse link, moments and
+quantiles of the posterior predictive mixture, sampling, pointwise
+log-likelihood) belongs to the estimator's family, a
+:class:`~bayesian_subsample.models.PredictiveFamily`; this module supplies
+the linear predictor of the stored draws in row blocks and the draws'
+weights.
 """
 
 from __future__ import annotations
@@ -29,11 +36,11 @@ from __future__ import annotations
 import numbers
 
 import numpy as np
-from scipy.special import expit
 from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_is_fitted
 
 from ..diagnostics import weighted_quantile
+from ..models import LogisticFamily
 
 __all__ = ["ClassifierPredictiveMixin", "RegressorPredictiveMixin"]
 
@@ -65,6 +72,30 @@ def _check_alpha(alpha):
 
 
 class _PredictiveBase:
+    """Linear predictor of the stored draws in row blocks; the family does the rest.
+
+    Subclasses set ``_predictive_family`` (a
+    :class:`~bayesian_subsample.models.PredictiveFamily`) and, if the family
+    takes extra arguments, ``_family_args(extra, draws)``.
+    """
+
+    #: The family that owns the maths of ``y`` given ``eta``.
+    _predictive_family = None
+
+    def _family_args(self, extra, draws):
+        """Keyword arguments of the family's methods for one block: ``extra``
+        holds the block's per-row values (or None), ``draws`` the arrays of
+        :meth:`_draw_arrays`.  No arguments by default."""
+        return {}
+
+    def _mixture_weights(self):
+        """Weights (flat, chain-major) of the draws in posterior expectations."""
+        weights = self._draw_weights()
+        if weights is None:
+            n = self.intercept_draws_.size
+            weights = np.full(n, 1.0 / n)
+        return weights
+
     def _predictive_draw_index(self, n_samples, rng):
         """Indices (flat, chain-major) of ``n_samples`` posterior draws, one per sample."""
         weights = self._draw_weights()
@@ -78,25 +109,43 @@ class _PredictiveBase:
                 "with sampler='hmc_ecs' (perturbed) or 'hmc'.")
         return rng.choice(n, size=n_samples, replace=True, p=weights)
 
-    def _linear_predictor(self, X, idx):
-        """Linear predictor (rows, len(idx)) at the flat draw indices ``idx``."""
-        W = self.coef_draws_.reshape(-1, self.coef_draws_.shape[-1])[idx]
-        b = self.intercept_draws_.reshape(-1)[idx]
-        return self._design_chunk(X) @ W.T + b
+    def _draw_arrays(self, idx=None):
+        """Parameter arrays of the draws at flat (chain-major) indices ``idx`` (all if None).
+
+        ``coef`` (draws, n_coef), ``intercept`` (draws,) and, where fitted,
+        ``sigma`` (draws,).
+        """
+        sel = slice(None) if idx is None else idx
+        out = {"coef": self.coef_draws_.reshape(-1, self.coef_draws_.shape[-1])[sel],
+               "intercept": self.intercept_draws_.reshape(-1)[sel]}
+        if hasattr(self, "sigma_draws_"):
+            out["sigma"] = self.sigma_draws_.reshape(-1)[sel]
+        return out
+
+    def _linear_predictor(self, X, draws):
+        """Linear predictor (rows, draws) of the rows ``X`` at the draws of :meth:`_draw_arrays`."""
+        return self._design_chunk(X) @ draws["coef"].T + draws["intercept"]
 
     def _design_chunk(self, X):
         return np.asarray(X, dtype=np.float64)
 
+    def _eta_blocks(self, X, draws):
+        """Yield ``(slice, eta)`` over row blocks of at most ``_BLOCK`` numbers."""
+        rows = max(1, _BLOCK // draws["intercept"].size)
+        for start in range(0, X.shape[0], rows):
+            sl = slice(start, min(start + rows, X.shape[0]))
+            yield sl, self._linear_predictor(X[sl], draws)
+
+    def _sample_block(self, eta, draws, rng, extra):
+        return self._predictive_family.sample(rng, eta, **self._family_args(extra, draws))
+
     def _sample_y(self, X, n_samples, random_state, extra):
         n_samples = _check_n_samples(n_samples)
         rng = _rng(random_state)
-        idx = self._predictive_draw_index(n_samples, rng)
+        draws = self._draw_arrays(self._predictive_draw_index(n_samples, rng))
         out = None
-        rows = max(1, _BLOCK // n_samples)
-        for start in range(0, X.shape[0], rows):
-            sl = slice(start, min(start + rows, X.shape[0]))
-            eta = self._linear_predictor(X[sl], idx)
-            block = self._sample_block(eta, idx, rng, None if extra is None else extra[sl])
+        for sl, eta in self._eta_blocks(X, draws):
+            block = self._sample_block(eta, draws, rng, None if extra is None else extra[sl])
             if out is None:
                 out = np.empty((X.shape[0], n_samples), dtype=block.dtype)
             out[sl] = block
@@ -107,6 +156,8 @@ class _PredictiveBase:
 
 class ClassifierPredictiveMixin(_PredictiveBase):
     """``sample_y``, ``predict_proba_interval`` and the sd of ``predict_proba``."""
+
+    _predictive_family = LogisticFamily()
 
     def sample_y(self, X, n_samples=1, random_state=None):
         """Draw class labels from the posterior predictive.
@@ -139,24 +190,17 @@ class ClassifierPredictiveMixin(_PredictiveBase):
         X = self._validate_predict_X(X)
         return self._sample_y(X, n_samples, random_state, None)
 
-    def _sample_block(self, eta, idx, rng, extra):
-        u = rng.random(eta.shape)
-        return self.classes_[(u < expit(eta)).astype(np.intp)]
+    def _sample_block(self, eta, draws, rng, extra):
+        return self.classes_[super()._sample_block(eta, draws, rng, extra)]
 
     def _proba_draw_blocks(self, X):
         """Yield ``(slice, p1)`` with ``p1`` (rows, draws) of the positive class."""
-        n = self.intercept_draws_.size
-        rows = max(1, _BLOCK // n)
-        idx = np.arange(n)
-        for start in range(0, X.shape[0], rows):
-            sl = slice(start, min(start + rows, X.shape[0]))
-            yield sl, expit(self._linear_predictor(X[sl], idx))
+        for sl, eta in self._eta_blocks(X, self._draw_arrays()):
+            yield sl, self._predictive_family.inverse_link(eta)
 
     def _predict_proba_std(self, X):
         """(proba, std) of the class probabilities over the posterior draws."""
-        weights = self._draw_weights()
-        if weights is None:
-            weights = np.full(self.intercept_draws_.size, 1.0 / self.intercept_draws_.size)
+        weights = self._mixture_weights()
         mean = np.empty(X.shape[0])
         sd = np.empty(X.shape[0])
         for sl, p1 in self._proba_draw_blocks(X):
@@ -205,4 +249,37 @@ class ClassifierPredictiveMixin(_PredictiveBase):
 
 
 class RegressorPredictiveMixin(_PredictiveBase):
-    """``sample_y`` of the regressors (subclasses define ``_sample_block``)."""
+    """Predictive mean, sd, interval and ``sample_y`` of the regressors, from their family."""
+
+    def _predict(self, X, return_std, extra):
+        """Mixture mean (and sd) of the posterior predictive of each row of ``X``."""
+        family = self._predictive_family
+        weights = self._mixture_weights()
+        draws = self._draw_arrays()
+        mean = np.empty(X.shape[0])
+        sd = np.empty(X.shape[0]) if return_std else None
+        for sl, eta in self._eta_blocks(X, draws):
+            args = self._family_args(None if extra is None else extra[sl], draws)
+            mean[sl] = family.predictive_mean(eta, weights, **args)
+            if return_std:
+                sd[sl] = np.sqrt(family.predictive_variance(eta, weights, **args))
+        return (mean, sd) if return_std else mean
+
+    def _predict_interval(self, X, alpha, extra):
+        """Equal-tailed ``1 - alpha`` interval of the posterior predictive mixture."""
+        alpha = _check_alpha(alpha)
+        probs = (0.5 * alpha, 1.0 - 0.5 * alpha)
+        family = self._predictive_family
+        weights = self._mixture_weights()
+        draws = self._draw_arrays()
+        lower = np.empty(X.shape[0])
+        upper = np.empty(X.shape[0])
+        for sl, eta in self._eta_blocks(X, draws):
+            args = self._family_args(None if extra is None else extra[sl], draws)
+            lower[sl], upper[sl] = family.predictive_quantile(probs, eta, weights, **args)
+        return lower, upper
+
+    def _pointwise_log_likelihood(self, X, y, extra, draws):
+        """``log p(y_i | x_i, theta_s)`` (rows, draws) for the ArviZ export."""
+        eta = self._linear_predictor(X, draws)
+        return self._predictive_family.log_prob(y, eta, **self._family_args(extra, draws))

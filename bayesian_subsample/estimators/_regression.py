@@ -12,22 +12,29 @@ unknown noise scale is sampled in its natural parameters
 
 Predictions average over all stored draws (sign-weighted for signed HMC-ECS,
 eq. 5.3) in row blocks, so (rows x draws) is never materialised at once, and
-use no randomness: predictive quantiles are found by root finding on the
-posterior predictive mixture CDF.
+use no randomness.  The maths of ``y`` given the linear predictor (predictive
+moments, mixture quantiles by root finding on the exact mixture CDF,
+sampling, pointwise log-likelihood) is the family's:
+:class:`~bayesian_subsample.models.PoissonFamily` and
+:class:`~bayesian_subsample.models.LinearRegressionFamily`.
 """
 
 from __future__ import annotations
 
-import warnings
-
 import numpy as np
-from scipy.special import gammaln, ndtr, ndtri, pdtr, xlogy
+from scipy.special import xlogy
 from sklearn.base import BaseEstimator, RegressorMixin
-from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from ..likelihood import TallPosterior
-from ..models import GLM, GaussianPrior, LinearRegressionGLM, LinearRegressionPrior, PoissonFamily
+from ..models import (
+    GLM,
+    GaussianPrior,
+    LinearRegressionFamily,
+    LinearRegressionGLM,
+    LinearRegressionPrior,
+    PoissonFamily,
+)
 from ._base import (
     SampledModelMixin,
     check_positive_float,
@@ -36,129 +43,22 @@ from ._base import (
     resolve_sampler,
 )
 from ._export import ArviZExportMixin
-from ._predictive import RegressorPredictiveMixin, _check_alpha
+from ._predictive import RegressorPredictiveMixin
 from ._validation import check_data_scale, check_prior_scale
 
 __all__ = ["BayesianPoissonRegressor", "BayesianLinearRegression"]
 
-#: Upper bound on the size of one (rows x draws) block in prediction, in floats.
-_PREDICT_BLOCK = 1 << 22
-#: Iteration cap of the quantile searches (each halves a bracket or doubles a step).
-_MAX_SEARCH = 200
-
-
-def _gaussian_mixture_quantile(p, mu, sd, weights, tol=1e-10):
-    """Quantile ``p`` of ``sum_s w_s N(mu_rs, sd_s^2)`` per row ``r``.
-
-    Safeguarded Newton iterations inside a bracket: for non-negative weights
-    the quantile lies between the smallest and largest component quantile;
-    the bracket is widened if (signed weights) it does not hold the root.
-    """
-    z = ndtri(p)
-    comp = mu + z * sd
-    lo, hi = comp.min(axis=1), comp.max(axis=1)
-    width = np.maximum(hi - lo, 1e-12 + 1e-12 * np.abs(hi)) + sd.max()
-    mean = mu @ weights
-    var = np.maximum((mu * mu + sd * sd) @ weights - mean**2, 0.0)
-    q = np.clip(mean + z * np.sqrt(var), lo, hi)
-
-    def cdf(idx, x):
-        return ndtr((x[:, None] - mu[idx]) / sd) @ weights
-
-    for _ in range(_MAX_SEARCH if np.any(weights < 0) else 0):
-        # Signed weights only: widen the bracket until it holds the root.
-        all_idx = np.arange(len(q))
-        bad = (cdf(all_idx, lo) > p) | (cdf(all_idx, hi) < p)
-        if not bad.any():
-            break
-        lo[bad] -= width[bad]
-        hi[bad] += width[bad]
-        width[bad] *= 2
-    active = np.arange(len(q))
-    for _ in range(_MAX_SEARCH):
-        if active.size == 0:
-            break
-        x = q[active]
-        u = (x[:, None] - mu[active]) / sd
-        F = ndtr(u) @ weights - p
-        f = (np.exp(-0.5 * u * u) / (np.sqrt(2 * np.pi) * sd)) @ weights
-        below = F < 0
-        lo[active] = np.where(below, x, lo[active])
-        hi[active] = np.where(below, hi[active], x)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            newton = x - F / f
-        ok = np.isfinite(newton) & (newton > lo[active]) & (newton < hi[active])
-        new = np.where(ok, newton, 0.5 * (lo[active] + hi[active]))
-        q[active] = new
-        done = (np.abs(F) < tol) | (hi[active] - lo[active] <= 1e-12 * (1 + np.abs(new)))
-        q[active[done]] = x[done]
-        active = active[~done]
-    return q
-
-
-def _poisson_mixture_quantile(p, rate, weights, mean, sd):
-    """Smallest integer ``k`` with ``sum_s w_s P(Pois(rate_rs) <= k) >= p``, per row.
-
-    Starts at a Cornish-Fisher guess from the predictive mean and sd, gallops
-    (steps 1, 2, 4, ...) until the answer is bracketed, then bisects; each
-    step evaluates the mixture CDF on the unresolved rows only.
-    """
-    n = rate.shape[0]
-    z = ndtri(p)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        skew = np.where(mean > 0, 1.0 / np.sqrt(mean), 0.0)
-    guess = mean + sd * (z + (z * z - 1.0) * skew / 6.0)
-    k0 = np.floor(np.clip(np.nan_to_num(guess, nan=0.0, posinf=1e15), 0.0, 1e15))
-
-    def cdf(idx, k):
-        out = pdtr(np.maximum(k, 0.0)[:, None], rate[idx]) @ weights
-        return np.where(k < 0, 0.0, out)
-
-    lo = np.full(n, np.nan)  # largest k known with F(k) < p
-    hi = np.full(n, np.nan)  # smallest k known with F(k) >= p
-    upper = cdf(np.arange(n), k0) >= p
-    hi[upper], lo[~upper] = k0[upper], k0[~upper]
-    step = np.ones(n)
-    active = np.arange(n)
-    for _ in range(_MAX_SEARCH):
-        need = np.isnan(lo[active]) | np.isnan(hi[active])
-        gallop = active[need]
-        if gallop.size:
-            going_down = np.isnan(lo[gallop])
-            base = np.where(going_down, hi[gallop], lo[gallop])
-            k = np.where(going_down, base - step[gallop], base + step[gallop])
-            k = np.where(going_down, np.maximum(k, -1.0), k)
-            ok = cdf(gallop, k) >= p
-            hi[gallop] = np.where(ok, k, hi[gallop])
-            lo[gallop] = np.where(ok, lo[gallop], k)
-            step[gallop] *= 2
-        bis = active[~need]
-        if bis.size:
-            wide = hi[bis] - lo[bis] > 1
-            mid_rows = bis[wide]
-            if mid_rows.size:
-                mid = np.floor(0.5 * (lo[mid_rows] + hi[mid_rows]))
-                ok = cdf(mid_rows, mid) >= p
-                hi[mid_rows] = np.where(ok, mid, hi[mid_rows])
-                lo[mid_rows] = np.where(ok, lo[mid_rows], mid)
-        resolved = ~np.isnan(lo[active]) & ~np.isnan(hi[active]) \
-            & (hi[active] - lo[active] <= 1)
-        active = active[~resolved]
-        if active.size == 0:
-            break
-    out = hi.copy()
-    out[active] = np.inf  # non-finite rates (overflow): no finite quantile
-    return np.maximum(out, 0.0)
-
 
 class _BayesianRegressorBase(RegressorMixin, SampledModelMixin, ArviZExportMixin,
                              RegressorPredictiveMixin, BaseEstimator):
-    """Shared ``fit`` driver, draw storage and blocked prediction of the regressors.
+    """Shared ``fit``, draw storage, prediction, ``sample_y`` and export of the regressors.
 
     Subclasses define ``_build(X, y, sample_weight, **fit_kwargs)`` returning
-    ``(model, prior)``, ``_store_draws(theta_draws)``, ``_all_draws()`` and the
-    predictive parts ``_moments`` and ``_quantiles`` for one block of linear
-    predictor draws.
+    ``(model, prior)``, ``_store_draws(theta_draws)``, ``_all_draws()``, the
+    class attribute ``_predictive_family`` (a
+    :class:`~bayesian_subsample.models.PredictiveFamily`, which does all the
+    maths of ``y`` given the linear predictor) and, when it takes extra
+    arguments, ``_family_args(extra, draws)``.
     """
 
     def _coef_scales(self, n_features):
@@ -205,48 +105,10 @@ class _BayesianRegressorBase(RegressorMixin, SampledModelMixin, ArviZExportMixin
         self.coef_ = np.asarray(coef, dtype=np.float64)
         self.intercept_ = float(self._posterior_mean(self.intercept_draws_[:, :, None])[0])
 
-    # ------------------------------------------------------------- predict
-    def _weights(self):
-        w = self._draw_weights()
-        if w is None:
-            n = self.intercept_draws_.size
-            w = np.full(n, 1.0 / n)
-        return w
-
-    def _eta_blocks(self, X):
-        """Yield ``(slice, eta)`` with ``eta`` (rows, draws) the linear predictor draws."""
-        W = self.coef_draws_.reshape(-1, self.coef_draws_.shape[-1])
-        b = self.intercept_draws_.reshape(-1)
-        rows = max(1, _PREDICT_BLOCK // W.shape[0])
-        for start in range(0, X.shape[0], rows):
-            sl = slice(start, min(start + rows, X.shape[0]))
-            yield sl, np.asarray(X[sl], dtype=np.float64) @ W.T + b
-
-    def _validated_X(self, X):
-        check_is_fitted(self)
-        return validate_data(self, X, reset=False, dtype=[np.float64, np.float32], order="C")
-
-    def _predict(self, X, return_std, extra):
-        weights = self._weights()
-        mean = np.empty(X.shape[0])
-        sd = np.empty(X.shape[0])
-        for sl, eta in self._eta_blocks(X):
-            mean[sl], sd[sl] = self._moments(eta, weights, extra, sl)
-        return (mean, sd) if return_std else mean
-
-    def _predict_interval(self, X, alpha, extra):
-        alpha = _check_alpha(alpha)
-        weights = self._weights()
-        lower = np.empty(X.shape[0])
-        upper = np.empty(X.shape[0])
-        for sl, eta in self._eta_blocks(X):
-            lower[sl], upper[sl] = self._quantiles(eta, weights, extra, sl,
-                                                   (0.5 * alpha, 1.0 - 0.5 * alpha))
-        return lower, upper
-
     # ------------------------------------------- export and predictive hooks
     def _validate_predict_X(self, X):
-        return self._validated_X(X)
+        check_is_fitted(self)
+        return validate_data(self, X, reset=False, dtype=[np.float64, np.float32], order="C")
 
     def _export_posterior(self):
         names = self._feature_names(self.coef_draws_.shape[-1])
@@ -284,8 +146,12 @@ _COMMON_PARAMS_DOC = """\
     n_draws : int, default=1000
         Stored draws per chain.
     subsample_size : None, "auto" or int, default=None
-        Overrides the subsample size of a subsampling sampler; None keeps the
-        sampler's own setting.
+        Sets the subsample size of a subsampling sampler; None keeps the
+        sampler's own setting.  One front door: setting it here and on a
+        sampler object (``HMCECS(subsample_size=...)``) is an error, as is
+        setting it for a sampler without one (``"austerity_mh"`` reads
+        batches of ``AusterityMH(batch_size=...)`` rows; ``"hmc"``,
+        ``"rwmh"`` and ``"bps"`` use all the data).
     n_jobs : int or None, default=None
         Chains run in parallel through joblib.
     random_state : int, RandomState, Generator or None, default=None
@@ -454,24 +320,10 @@ class BayesianPoissonRegressor(_BayesianRegressorBase):
             return np.concatenate([self.intercept_draws_[:, :, None], self.coef_draws_], axis=2)
         return self.coef_draws_
 
-    def _rates(self, eta, extra, sl):
-        with np.errstate(over="ignore"):
-            rate = np.exp(eta)
-        if extra is not None:
-            rate *= extra[sl, None]
-        return rate
+    _predictive_family = PoissonFamily()
 
-    def _moments(self, eta, weights, extra, sl):
-        rate = self._rates(eta, extra, sl)
-        with np.errstate(over="ignore", invalid="ignore"):
-            mean = rate @ weights
-            var = mean + (rate * rate) @ weights - mean * mean
-        return mean, np.sqrt(np.maximum(var, 0.0))
-
-    def _quantiles(self, eta, weights, extra, sl, probs):
-        rate = self._rates(eta, extra, sl)
-        mean, sd = self._moments(eta, weights, extra, sl)
-        return tuple(_poisson_mixture_quantile(p, rate, weights, mean, sd) for p in probs)
+    def _family_args(self, extra, draws):
+        return {"exposure": extra}
 
     def predict(self, X, return_std=False, exposure=None):
         """Posterior predictive mean count (and sd).
@@ -492,7 +344,7 @@ class BayesianPoissonRegressor(_BayesianRegressorBase):
         std : ndarray of shape (n_samples,)
             Only when ``return_std`` is true.
         """
-        X = self._validated_X(X)
+        X = self._validate_predict_X(X)
         return self._predict(X, return_std, self._check_exposure(exposure, X.shape[0]))
 
     def score(self, X, y, sample_weight=None):
@@ -546,7 +398,7 @@ class BayesianPoissonRegressor(_BayesianRegressorBase):
         lower, upper : ndarray of shape (n_samples,)
             Integer-valued floats.
         """
-        X = self._validated_X(X)
+        X = self._validate_predict_X(X)
         return self._predict_interval(X, alpha, self._check_exposure(exposure, X.shape[0]))
 
     def sample_y(self, X, n_samples=1, random_state=None, exposure=None):
@@ -575,19 +427,9 @@ class BayesianPoissonRegressor(_BayesianRegressorBase):
             For a signed HMC-ECS fit with negative signs (signed weights cannot
             be resampled; :meth:`predict_interval` is sign-weighted).
         """
-        X = self._validated_X(X)
+        X = self._validate_predict_X(X)
         return self._sample_y(X, n_samples, random_state,
                               self._check_exposure(exposure, X.shape[0]))
-
-    def _sample_block(self, eta, idx, rng, extra):
-        with np.errstate(over="ignore"):
-            rate = np.exp(eta)
-        if extra is not None:
-            rate *= extra[:, None]
-        if not np.all(np.isfinite(rate)) or np.any(rate > 1e15):
-            raise ValueError("A posterior draw gives a Poisson mean above 1e15 (overflow of "
-                             "exp(b + x^T w)); check X for extreme values.")
-        return rng.poisson(rate).astype(np.int64)
 
     _export_extra_name = "exposure"
 
@@ -616,14 +458,6 @@ class BayesianPoissonRegressor(_BayesianRegressorBase):
         if np.any(y < 0):
             raise ValueError("y must be non-negative counts.")
         return y
-
-    def _pointwise_log_likelihood(self, X, y, extra, draws):
-        """``log Poisson(y_i | e_i exp(eta))``, shape (rows, draws)."""
-        eta = np.asarray(X, dtype=np.float64) @ draws["coef"].T + draws["intercept"]
-        if extra is not None:
-            eta += np.log(extra)[:, None]
-        with np.errstate(over="ignore"):
-            return y[:, None] * eta - np.exp(eta) - gammaln(y + 1.0)[:, None]
 
 
 class BayesianLinearRegression(_BayesianRegressorBase):
@@ -794,15 +628,10 @@ class BayesianLinearRegression(_BayesianRegressorBase):
             + [self.coef_draws_, self.sigma_draws_[:, :, None]]
         return np.concatenate(parts, axis=2)
 
-    def _moments(self, eta, weights, extra, sl):
-        sigma = self.sigma_draws_.reshape(-1)
-        mean = eta @ weights
-        var = (eta * eta) @ weights + (sigma * sigma) @ weights - mean * mean
-        return mean, np.sqrt(np.maximum(var, 0.0))
+    _predictive_family = LinearRegressionFamily()
 
-    def _quantiles(self, eta, weights, extra, sl, probs):
-        sigma = self.sigma_draws_.reshape(-1)
-        return tuple(_gaussian_mixture_quantile(p, eta, sigma, weights) for p in probs)
+    def _family_args(self, extra, draws):
+        return {"noise_scale": draws["sigma"]}
 
     def predict(self, X, return_std=False):
         """Posterior predictive mean (and sd) of ``y``.
@@ -820,7 +649,7 @@ class BayesianLinearRegression(_BayesianRegressorBase):
         std : ndarray of shape (n_samples,)
             Only when ``return_std`` is true.
         """
-        X = self._validated_X(X)
+        X = self._validate_predict_X(X)
         return self._predict(X, return_std, None)
 
     def predict_interval(self, X, alpha=0.1):
@@ -835,7 +664,7 @@ class BayesianLinearRegression(_BayesianRegressorBase):
         -------
         lower, upper : ndarray of shape (n_samples,)
         """
-        X = self._validated_X(X)
+        X = self._validate_predict_X(X)
         return self._predict_interval(X, alpha, None)
 
     def sample_y(self, X, n_samples=1, random_state=None):
@@ -862,16 +691,5 @@ class BayesianLinearRegression(_BayesianRegressorBase):
             For a signed HMC-ECS fit with negative signs (signed weights cannot
             be resampled; :meth:`predict_interval` is sign-weighted).
         """
-        X = self._validated_X(X)
+        X = self._validate_predict_X(X)
         return self._sample_y(X, n_samples, random_state, None)
-
-    def _sample_block(self, eta, idx, rng, extra):
-        sigma = self.sigma_draws_.reshape(-1)[idx]
-        return eta + sigma * rng.standard_normal(eta.shape)
-
-    def _pointwise_log_likelihood(self, X, y, extra, draws):
-        """``log N(y_i | b + x_i^T w, sigma^2)``, shape (rows, draws)."""
-        eta = np.asarray(X, dtype=np.float64) @ draws["coef"].T + draws["intercept"]
-        sigma = draws["sigma"]
-        z = (y[:, None] - eta) / sigma
-        return -0.5 * z * z - np.log(sigma) - 0.5 * np.log(2.0 * np.pi)

@@ -2,7 +2,8 @@
 
 from ._glm import (DEFAULT_CHUNK_SIZE, GLM, GaussianFamily, LogisticFamily, PoissonFamily,
                    serial_map)
-from ._linear import LinearRegressionGLM, LinearRegressionPrior
+from ._linear import LinearRegressionFamily, LinearRegressionGLM, LinearRegressionPrior
+from ._predictive import PredictiveFamily
 from ._basis import BasisGLM, BSplineBasis, spline_prior_precision
 from ._mrf import BinaryMRF
 from ._mlp import MLP, MLPModel
@@ -17,12 +18,14 @@ __all__ = [
     "GaussianFamily",
     "GaussianPrecisionPrior",
     "GaussianPrior",
+    "LinearRegressionFamily",
     "LinearRegressionGLM",
     "LinearRegressionPrior",
     "LogisticFamily",
     "MLP",
     "MLPModel",
     "PoissonFamily",
+    "PredictiveFamily",
     "serial_map",
     "spline_prior_precision",
 ]

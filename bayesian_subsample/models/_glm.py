@@ -19,6 +19,12 @@ is true, else ``theta = coef``.  Gradients have the shape of ``theta``; Hessian
 terms are ``(m, dim, dim)`` arrays and sums are ``(dim, dim)``.  Log-likelihood
 terms include the observation weights ``w_k`` (``sample_weight``), so the
 log-likelihood is ``sum_k w_k log p(y_k | x_k, theta)``.
+
+The families also own their prediction: each implements
+:class:`~bayesian_subsample.models.PredictiveFamily` (inverse link,
+predictive mean, variance, mixture quantiles, sampling and pointwise
+log-likelihood, vectorised over rows x draws; conventions in
+:mod:`bayesian_subsample.models._predictive`).
 """
 
 from __future__ import annotations
@@ -26,7 +32,15 @@ from __future__ import annotations
 import functools
 
 import numpy as np
-from scipy.special import gammaln
+from scipy.special import expit, gammaln
+
+from ._predictive import (
+    GaussianPredictive,
+    for_each_prob,
+    mixture_moments,
+    per_row,
+    poisson_mixture_quantile,
+)
 
 __all__ = ["LogisticFamily", "GaussianFamily", "PoissonFamily", "GLM", "DEFAULT_CHUNK_SIZE",
            "serial_map"]
@@ -114,14 +128,49 @@ class LogisticFamily:
         r = 1.0 / (1.0 + e)
         return y - np.where(eta >= 0.0, r, e * r)
 
+    # ---------------------------------------------------------- prediction
+    # PredictiveFamily (conventions in models._predictive); no extra parameters.
+    @staticmethod
+    def inverse_link(eta):
+        """``P(y = 1 | eta) = sigmoid(eta)``, element-wise."""
+        return expit(eta)
 
-class GaussianFamily:
+    def predictive_mean(self, eta, weights=None):
+        """``sigmoid(eta)``, or with ``weights`` the mixture's ``P(y = 1)`` clipped to [0, 1]."""
+        p1 = self.inverse_link(eta)
+        return p1 if weights is None else np.clip(p1 @ weights, 0.0, 1.0)
+
+    def predictive_variance(self, eta, weights=None):
+        """Bernoulli variance ``p (1 - p)`` of :meth:`predictive_mean` ``p``."""
+        p1 = self.predictive_mean(eta, weights)
+        return p1 * (1.0 - p1)
+
+    def predictive_quantile(self, probs, eta, weights):
+        """0 where the mixture's ``P(y = 0) >= p``, else 1 (as floats)."""
+        p0 = 1.0 - self.predictive_mean(eta, weights)
+        return for_each_prob(probs, lambda p: np.where(p0 >= p, 0.0, 1.0))
+
+    def sample(self, rng, eta):
+        """Labels 0/1 (int64): ``u < sigmoid(eta)`` with ``u`` uniform of the shape of ``eta``."""
+        u = rng.random(np.shape(eta))
+        return (u < self.inverse_link(eta)).astype(np.int64)
+
+    def log_prob(self, y, eta):
+        """``log sigmoid(eta)`` where ``y = 1``, ``log(1 - sigmoid(eta))`` where ``y = 0``."""
+        # log sigmoid(eta) = -softplus(-eta); log(1 - sigmoid(eta)) = -softplus(eta)
+        return -np.logaddexp(0.0, np.where(per_row(y, eta) > 0.5, -eta, eta))
+
+
+class GaussianFamily(GaussianPredictive):
     """Gaussian likelihood with the identity link and a known noise scale.
 
     ``log p(y | eta) = -(y - eta)^2 / (2 s^2) - log(s sqrt(2 pi))``.  The
     log-likelihood is quadratic in ``eta``, so second-order Taylor control
     variates reproduce it exactly (the difference estimator then has zero
     variance), which the tests use to pin the HMC-ECS algebra.
+
+    Its predictive methods (:class:`~bayesian_subsample.models.PredictiveFamily`)
+    use ``s``, or the ``noise_scale`` they are given (a scalar or one per draw).
 
     Parameters
     ----------
@@ -156,6 +205,11 @@ class GaussianFamily:
     def grad_eta(self, y, eta):
         """``d ell / d eta`` alone."""
         return self.curvature_bound * (y - eta)
+
+    def _noise_scale(self, noise_scale):
+        if noise_scale is None:
+            return self.noise_scale
+        return np.asarray(noise_scale, dtype=np.float64)
 
 
 class GLM:
@@ -439,3 +493,60 @@ class PoissonFamily:
         """``d ell / d eta = y - exp(eta)`` alone."""
         with np.errstate(over="ignore"):
             return y - np.exp(eta)
+
+    # ---------------------------------------------------------- prediction
+    # PredictiveFamily (conventions in models._predictive).  ``exposure``, one
+    # per row or None (1), multiplies the mean: ``mu = exposure * exp(eta)``.
+    @staticmethod
+    def inverse_link(eta):
+        """``exp(eta)``, element-wise (``inf`` on overflow, without a warning)."""
+        with np.errstate(over="ignore"):
+            return np.exp(eta)
+
+    def _rate(self, eta, exposure):
+        rate = self.inverse_link(eta)
+        if exposure is not None:
+            rate *= per_row(exposure, eta)
+        return rate
+
+    def predictive_mean(self, eta, weights=None, exposure=None):
+        """``mu = exposure * exp(eta)``, or with ``weights`` the mixture mean per row."""
+        rate = self._rate(eta, exposure)
+        if weights is None:
+            return rate
+        with np.errstate(over="ignore", invalid="ignore"):
+            return rate @ weights
+
+    def predictive_variance(self, eta, weights=None, exposure=None):
+        """``mu`` (Poisson), or with ``weights`` ``E[mu] + Var[mu]`` over the draws per row."""
+        rate = self._rate(eta, exposure)
+        if weights is None:
+            return rate
+        with np.errstate(over="ignore", invalid="ignore"):
+            return mixture_moments(rate, rate, weights)[1]
+
+    def predictive_quantile(self, probs, eta, weights, exposure=None):
+        """Smallest integer ``k`` with mixture CDF ``sum_j w_j P(Pois(mu_j) <= k) >= p``.
+
+        Integer-valued floats; ``inf`` where the CDF never reaches ``p``
+        (weight on a rate that overflowed to ``inf``).
+        """
+        rate = self._rate(eta, exposure)
+        with np.errstate(over="ignore", invalid="ignore"):
+            mean, var = mixture_moments(rate, rate, weights)
+        sd = np.sqrt(var)
+        return for_each_prob(probs, lambda p: poisson_mixture_quantile(p, rate, weights, mean, sd))
+
+    def sample(self, rng, eta, exposure=None):
+        """Counts (int64) from ``Poisson(mu)``; ValueError if a mean exceeds 1e15 or overflows."""
+        rate = self._rate(eta, exposure)
+        if not np.all(np.isfinite(rate)) or np.any(rate > 1e15):
+            raise ValueError("A posterior draw gives a Poisson mean above 1e15 (overflow of "
+                             "exp(b + x^T w)); check X for extreme values.")
+        return rng.poisson(rate).astype(np.int64)
+
+    def log_prob(self, y, eta, exposure=None):
+        """``y log mu - mu - log y!`` with ``log mu = eta + log(exposure)``."""
+        if exposure is not None:
+            eta = eta + np.log(per_row(exposure, eta))
+        return self.loglik(per_row(y, eta), eta)[0]

@@ -39,8 +39,29 @@ import numpy as np
 from scipy.special import gammaln
 
 from ._glm import DEFAULT_CHUNK_SIZE, GLM, GaussianFamily
+from ._predictive import GaussianPredictive
 
-__all__ = ["LinearRegressionGLM", "LinearRegressionPrior"]
+__all__ = ["LinearRegressionFamily", "LinearRegressionGLM", "LinearRegressionPrior"]
+
+
+class LinearRegressionFamily(GaussianPredictive):
+    """The noise family of the linear model, ``y ~ N(eta, sigma^2)`` with unknown ``sigma``.
+
+    The chains run in natural parameters (:class:`LinearRegressionGLM`);
+    predictions are made in the user's ones: ``eta = b + x^T w`` of each
+    draw and that draw's noise scale ``sigma``, given to every method of
+    :class:`~bayesian_subsample.models.PredictiveFamily` as ``noise_scale``
+    (shape ``(n_draws,)``, required: the scale is a parameter of the
+    posterior, not of the family).
+    """
+
+    name = "linear_regression"
+
+    def _noise_scale(self, noise_scale):
+        if noise_scale is None:
+            raise ValueError("LinearRegressionFamily needs noise_scale, the noise sd sigma of "
+                             "each posterior draw.")
+        return np.asarray(noise_scale, dtype=np.float64)
 
 
 class LinearRegressionGLM(GLM):
