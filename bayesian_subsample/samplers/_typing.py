@@ -24,6 +24,10 @@ class DifferentiableTarget(Protocol):
 
     # Optional: ``grad(position) -> ndarray``, the gradient alone, used by the
     # leapfrog integrator inside a trajectory when it is cheaper.
+    # Optional: ``logdensity_grad_and_aux(position) -> (logdensity, grad, aux)``,
+    # used instead of ``logdensity_and_grad`` when present; the ``aux`` of the
+    # last evaluation returns in the integrator's state (HMC-ECS: the estimate,
+    # with its ``loglik_var`` and ``sign``), never read back from the target.
 
 
 class Expansion(Protocol):

@@ -35,6 +35,10 @@ class HMCState(NamedTuple):
     logdensity: float
     #: Gradient of the log density at ``position``.
     logdensity_grad: np.ndarray
+    #: Auxiliary output of the target's evaluation at ``position`` (see
+    #: :func:`.integrators.leapfrog`; None when the target gives none, and
+    #: for a state that was not produced by this kernel's trajectory).
+    aux: object = None
 
 
 class HMCParams(NamedTuple):
@@ -103,7 +107,7 @@ def step(rng, state, target, params):
     acceptance = 0.0 if divergent else float(np.exp(min(0.0, -energy_error)))
     accepted = (not divergent) and rng.random() < acceptance
     if accepted:
-        new_state = HMCState(end.position, end.logdensity, end.logdensity_grad)
+        new_state = HMCState(end.position, end.logdensity, end.logdensity_grad, end.aux)
         energy = energy0 + energy_error
     else:
         new_state = state

@@ -121,10 +121,10 @@ def step(rng, state, estimator, params):
     inner = hmc.HMCState(state.position, state.logdensity, state.logdensity_grad)
     inner, info = hmc.step(rng, inner, target, params)
     if info.is_accepted:
-        # The last leapfrog evaluation was at the accepted end point.
+        # The estimate at the accepted end point came back with the state.
+        est = inner.aux
         new_state = HMCECSState(inner.position, inner.logdensity, inner.logdensity_grad,
-                                state.subsample, float(target.last_loglik_var),
-                                float(target.last_sign))
+                                state.subsample, float(est.loglik_var), float(est.sign))
     else:
         new_state = state
     return new_state, HMCECSInfo(
