@@ -96,8 +96,14 @@ def _rows_cost(n, params):
     return (2 if params.expansion is None else 3) * n
 
 
-def init(position, target):
-    """Initial state; ``target`` provides ``logprior``."""
+def init(position, target, rng=None, params=None):
+    """Initial state; ``target`` provides ``logprior``.
+
+    The one ``init`` signature of the kernels whose state is a position plus
+    what the target says there: ``init(position, target, rng, params)``, the
+    arguments of ``step`` with the position for the state; unused ones may
+    be omitted.
+    """
     position = np.array(position, dtype=np.float64)
     return AusterityState(position, target.logprior(position))
 

@@ -102,9 +102,15 @@ class GibbsChainResult(NamedTuple):
     elapsed: np.ndarray
 
 
-def init(x0):
-    """Initial state from a 0/1 vector."""
-    return GibbsState(np.asarray(x0, dtype=np.int8).copy())
+def init(position, target=None, rng=None, params=None):
+    """Initial state from a 0/1 vector.
+
+    The one ``init`` signature of the kernels whose state is a position plus
+    what the target says there: ``init(position, target, rng, params)``, the
+    arguments of ``step`` with the position for the state; unused ones may
+    be omitted.
+    """
+    return GibbsState(np.asarray(position, dtype=np.int8).copy())
 
 
 def _logit(u):

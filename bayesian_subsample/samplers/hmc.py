@@ -68,8 +68,14 @@ class HMCInfo(NamedTuple):
     n_obs_evaluated: int
 
 
-def init(position, target):
-    """Evaluate ``target`` at ``position`` and return the initial state."""
+def init(position, target, rng=None, params=None):
+    """Evaluate ``target`` at ``position`` and return the initial state.
+
+    The one ``init`` signature of the kernels whose state is a position plus
+    what the target says there: ``init(position, target, rng, params)``, the
+    arguments of ``step`` with the position for the state; unused ones may
+    be omitted.
+    """
     position = np.array(position, dtype=np.float64)
     logdensity, grad = target.logdensity_and_grad(position)
     if not (np.isfinite(logdensity) and np.all(np.isfinite(grad))):

@@ -71,8 +71,14 @@ class HMCECSInfo(NamedTuple):
     sign: float = 1.0
 
 
-def init(position, estimator, rng):
-    """Draw an initial subsample and evaluate the estimator at ``position``."""
+def init(position, estimator, rng, params=None):
+    """Draw an initial subsample and evaluate the estimator at ``position``.
+
+    The one ``init`` signature of the kernels whose state is a position plus
+    what the target says there: ``init(position, target, rng, params)``, the
+    arguments of ``step`` with the position for the state; unused ones may
+    be omitted.
+    """
     position = np.array(position, dtype=np.float64)
     sub = estimator.init_subsample(rng)
     est = estimator.evaluate(position, sub)

@@ -77,8 +77,14 @@ def sample_inverse_metric(rng, metric):
     return z / metric.mass_sqrt
 
 
-def init(position):
-    """The initial state at ``position`` (no evaluation needed)."""
+def init(position, target=None, rng=None, params=None):
+    """The initial state at ``position`` (no evaluation needed).
+
+    The one ``init`` signature of the kernels whose state is a position plus
+    what the target says there: ``init(position, target, rng, params)``, the
+    arguments of ``step`` with the position for the state; unused ones may
+    be omitted.
+    """
     return SGLDState(np.array(position, dtype=np.float64))
 
 
