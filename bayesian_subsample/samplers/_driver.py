@@ -47,7 +47,7 @@ Stats are stacked automatically: every Info field whose (renamed) name is in
 from __future__ import annotations
 
 import time
-from typing import Any, NamedTuple, Protocol
+from typing import Any, Callable, NamedTuple, Protocol
 
 import numpy as np
 
@@ -133,8 +133,10 @@ def record_stats(stats, i, info, fields, extra):
         stats[name][i] = value
 
 
-def run(chain, rng, state, adapt, n_warmup, n_draws, dim, *, callback=None, stop=None,
-        warm_up=True, first_draw=0, n_done_before=0, t_start=None):
+def run(chain: Chain, rng: np.random.Generator, state: Any, adapt: Any, n_warmup: int,
+        n_draws: int, dim: int, *, callback: Callable[[int, bool, float], Any] | None = None,
+        stop: Any = None, warm_up: bool = True, first_draw: int = 0, n_done_before: int = 0,
+        t_start: float | None = None) -> Run:
     """Run ``n_warmup`` warm-up iterations (if ``warm_up``), then ``n_draws`` draws.
 
     ``warm_up=False`` continues a chain whose warm-up is done (``adapt`` is

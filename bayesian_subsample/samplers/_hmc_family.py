@@ -32,13 +32,14 @@ from __future__ import annotations
 
 import math
 import time
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 from scipy import linalg
 
 from . import hmc, hmc_ecs
 from ._base import (
+    ChainResult,
     Prepared,
     SamplerConfig,
     check_positive_float,
@@ -55,6 +56,9 @@ from .adaptation import (
 )
 from .chebyshev import chebyshev_times, constant_times, eigenvalue_range
 from .metric import metric_from_mass_matrix
+
+if TYPE_CHECKING:
+    from ._typing import TallPosterior
 
 __all__ = ["HMC", "HMCECS"]
 
@@ -119,7 +123,7 @@ class _ECSAdapter:
     ``loglik_var = 0``) and ``sampler_info_`` says ``full_data=True``.
     """
 
-    stats = _ECS_STATS
+    stats: tuple[str, ...] = _ECS_STATS
 
     def __init__(self, config, posterior):
         self.config = config
@@ -362,6 +366,16 @@ def prepare_at_full_data_mode(config, rng, posterior):
 class _HMCFamily(SamplerConfig):
     """Shared tuning and driver of the HMC samplers."""
 
+    step_size: str | float
+    trajectory_length: float
+    target_accept: float
+    mass_matrix: str
+    max_integration_steps: int
+    reference_fraction: float
+    divergence_threshold: float
+    integration_time: str
+    chebyshev_cycle: int | None
+
     def _validate_common(self, n_obs):
         if not (isinstance(self.step_size, str) and self.step_size == "auto"):
             check_positive_float(self.step_size, "step_size")
@@ -421,8 +435,9 @@ class _HMCFamily(SamplerConfig):
             return constant_times(L, K)
         return chebyshev_times(m, L, K, rng)
 
-    def _run(self, adapter, rng, posterior, prepared, n_warmup, n_draws, callback=None,
-             stop=None, resume=None):
+    def _run(self, adapter, rng: np.random.Generator, posterior: TallPosterior,
+             prepared: Prepared, n_warmup: int, n_draws: int, callback=None, stop=None,
+             resume=None) -> ChainResult:
         """Run one chain of ``adapter``'s kernel on the driver (see :class:`_HMCChain`).
 
         With ``resume`` (the ``resume`` of an earlier result) the chain

@@ -14,13 +14,15 @@ from __future__ import annotations
 
 import math
 import time
-from typing import NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 from scipy import linalg
 
 from . import austerity
 from ._base import (
+    ChainResult,
+    Prepared,
     SamplerConfig,
     check_positive_float,
     check_positive_int,
@@ -29,6 +31,9 @@ from ._base import (
 from ._driver import run
 from ._hmc_family import _laplace_offset, prepare_at_full_data_mode
 from .metric import metric_from_mass_matrix
+
+if TYPE_CHECKING:
+    from ._typing import MHPosterior
 
 __all__ = ["RandomWalkMH", "AusterityMH"]
 
@@ -75,6 +80,16 @@ class _RWState(NamedTuple):
 class _MHFamily(SamplerConfig):
     """Shared warm-up and driver."""
 
+    proposal_scale: str | float
+    target_accept: str | float
+    reference_fraction: float
+
+    def _init_state(self, posterior, position):
+        raise NotImplementedError
+
+    def _rows_per_decision(self, posterior):
+        raise NotImplementedError
+
     def prepare(self, rng, posterior):
         """Posterior mode and the Hessian there, for the start and the proposal.
 
@@ -104,8 +119,9 @@ class _MHFamily(SamplerConfig):
         if not (isinstance(self.proposal_scale, str) and self.proposal_scale == "auto"):
             check_positive_float(self.proposal_scale, "proposal_scale")
 
-    def _run(self, rng, posterior, prepared, n_warmup, n_draws, transition, callback=None,
-             stop=None, resume=None):
+    def _run(self, rng: np.random.Generator, posterior: MHPosterior, prepared: Prepared,
+             n_warmup: int, n_draws: int, transition, callback=None, stop=None,
+             resume=None) -> ChainResult:
         t0 = time.perf_counter()
         ex = prepared.expansion
         metric = metric_from_mass_matrix(ex.neg_hessian, dense=True)
@@ -125,10 +141,11 @@ class _MHFamily(SamplerConfig):
                   n_done_before=0 if resume is not None else n_warmup)
         log_s, at_bound = out.adapt
         scale = math.exp(log_s)
-        extra = {"proposal_scale": scale,
-                 "mean_data_fraction": (float(out.stats["data_fraction"].mean()) if out.n_done
-                                        else math.nan),
-                 "proposal_scale_at_bound": bool(at_bound)}
+        extra: dict[str, Any] = {
+            "proposal_scale": scale,
+            "mean_data_fraction": (float(out.stats["data_fraction"].mean()) if out.n_done
+                                   else math.nan),
+            "proposal_scale_at_bound": bool(at_bound)}
         if at_bound:
             extra["warning"] = _SCALE_BOUND_MESSAGE.format(
                 low=math.exp(log_s0 + _LOG_SCALE_RANGE[0]),

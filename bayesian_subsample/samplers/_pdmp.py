@@ -73,7 +73,7 @@ from __future__ import annotations
 
 import math
 import time
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 from scipy import linalg
@@ -89,6 +89,9 @@ from ._base import (
 )
 from ._hmc_family import _laplace_offset, prepare_at_full_data_mode
 from .metric import metric_from_mass_matrix
+
+if TYPE_CHECKING:
+    from ._typing import BouncyPosterior
 
 __all__ = ["BPS", "SBPS", "pSBPS"]
 
@@ -284,6 +287,9 @@ class _Recorder:
 class _PDMPFamily(SamplerConfig):
     """Shared preparation and chain driver of BPS and SBPS."""
 
+    max_steps_per_draw: int
+    max_stored_events: int
+
     _default_refresh_factor = 1.0
 
     def _prepare_reference(self, rng, posterior):
@@ -362,8 +368,9 @@ class _PDMPFamily(SamplerConfig):
         position = expansion.theta_star + _laplace_offset(rng, metric)
         return position, bps.sample_velocity(rng, len(position))
 
-    def _drive(self, rng, posterior, prepared, n_warmup, n_draws, kernel, callback=None,
-               stop=None, resume=None):
+    def _drive(self, rng: np.random.Generator, posterior: BouncyPosterior, prepared,
+               n_warmup: int, n_draws: int, kernel, callback=None, stop=None,
+               resume=None) -> ChainResult:
         """Run ``kernel`` (an object with ``step``/``velocity``/``position``) on the grid.
 
         With ``resume`` (a post-warm-up stop point of an earlier run) the

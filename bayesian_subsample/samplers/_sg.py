@@ -68,13 +68,15 @@ import copy
 import math
 import time
 import warnings
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 from scipy import linalg
 
 from . import sghmc, sgld
 from ._base import (
+    ChainResult,
+    Prepared,
     SamplerConfig,
     check_positive_float,
     check_positive_int,
@@ -85,6 +87,9 @@ from ._hmc_family import _HMCFamily
 from .adaptation import refine_reference, refinement_schedule
 from .chebyshev import eigenvalue_range
 from .metric import Metric, metric_from_mass_matrix, sample_momentum
+
+if TYPE_CHECKING:
+    from ._sg_typing import GradientPosterior
 
 __all__ = ["SGLD", "SGHMC"]
 
@@ -287,8 +292,9 @@ class _SGFamily(SamplerConfig):
         kernel.guard = _MoveGuard(hess_metric, self._max_move(expansion, metric, eps, kernel))
         return kernel, state
 
-    def run_chain(self, rng, posterior, prepared, n_warmup, n_draws, callback=None, stop=None,
-                  resume=None):
+    def run_chain(self, rng: np.random.Generator, posterior: GradientPosterior,
+                  prepared: Prepared, n_warmup: int, n_draws: int, callback=None, stop=None,
+                  resume=None) -> ChainResult:
         """One chain on the driver; nothing after warm-up depends on ``n_draws`` (a
         fixed step size, no schedule), so a continued chain draws what one longer
         run draws."""

@@ -70,6 +70,7 @@ from __future__ import annotations
 
 import math
 import time
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -77,6 +78,9 @@ from . import hmc, sghmc, sgld
 from ._base import ChainResult, Prepared, SamplerConfig, check_positive_float, check_positive_int
 from .adaptation import dual_averaging_init, dual_averaging_update, find_reasonable_step_size
 from .metric import Metric, sample_momentum
+
+if TYPE_CHECKING:
+    from ._typing import HierarchicalGradientPosterior
 
 __all__ = ["ModelSG", "run_model_chain", "METHODS"]
 
@@ -159,8 +163,9 @@ def _kept_iterations(n_draws, n_kept):
     return np.unique(np.round(np.linspace(n_draws - 1, 0, n_kept)[::-1]).astype(int))
 
 
-def run_model_chain(config, rng, posterior, n_warmup, n_draws, trace=None, progress=None,
-                    stop=None):
+def run_model_chain(config, rng: np.random.Generator, posterior: HierarchicalGradientPosterior,
+                    n_warmup: int, n_draws: int, trace=None, progress=None,
+                    stop=None) -> ChainResult:
     """Run one chain of ``config`` (a :class:`ModelSG`) on ``posterior``.
 
     ``trace(iteration, position, hyper)``, if given, is called after every

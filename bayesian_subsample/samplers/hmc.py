@@ -17,12 +17,16 @@ flagged in :class:`HMCInfo` and counted by the driver.
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
 from .integrators import leapfrog
 from .metric import kinetic_energy, sample_momentum
+
+if TYPE_CHECKING:
+    from ._typing import DifferentiableTarget
+
 
 __all__ = ["HMCState", "HMCInfo", "HMCParams", "init", "step"]
 
@@ -38,7 +42,7 @@ class HMCState(NamedTuple):
     #: Auxiliary output of the target's evaluation at ``position`` (see
     #: :func:`.integrators.leapfrog`; None when the target gives none, and
     #: for a state that was not produced by this kernel's trajectory).
-    aux: object = None
+    aux: Any = None
 
 
 class HMCParams(NamedTuple):
@@ -68,7 +72,7 @@ class HMCInfo(NamedTuple):
     n_obs_evaluated: int
 
 
-def init(position, target, rng=None, params=None):
+def init(position, target: DifferentiableTarget, rng=None, params=None) -> HMCState:
     """Evaluate ``target`` at ``position`` and return the initial state.
 
     The one ``init`` signature of the kernels whose state is a position plus
@@ -83,7 +87,8 @@ def init(position, target, rng=None, params=None):
     return HMCState(position, float(logdensity), grad)
 
 
-def step(rng, state, target, params):
+def step(rng: np.random.Generator, state: HMCState, target: DifferentiableTarget,
+         params: HMCParams) -> tuple[HMCState, HMCInfo]:
     """One HMC transition.
 
     Parameters

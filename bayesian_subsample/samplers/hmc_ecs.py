@@ -26,11 +26,15 @@ for path; this is tested.
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
 from . import hmc
+
+if TYPE_CHECKING:
+    from ._typing import SubsampleEstimator
+
 
 __all__ = ["HMCECSState", "HMCECSInfo", "init", "step"]
 
@@ -71,7 +75,8 @@ class HMCECSInfo(NamedTuple):
     sign: float = 1.0
 
 
-def init(position, estimator, rng, params=None):
+def init(position, estimator: SubsampleEstimator, rng: np.random.Generator,
+         params=None) -> HMCECSState:
     """Draw an initial subsample and evaluate the estimator at ``position``.
 
     The one ``init`` signature of the kernels whose state is a position plus
@@ -88,7 +93,8 @@ def init(position, estimator, rng, params=None):
                        float(est.sign))
 
 
-def update_subsample(rng, state, estimator):
+def update_subsample(rng: np.random.Generator, state: HMCECSState,
+                     estimator: SubsampleEstimator):
     """Step 1 of Algorithm 1: pseudo-marginal MH update of ``u`` given theta.
 
     Returns ``(state, acceptance_rate, accepted, n_obs_evaluated)``.
@@ -108,7 +114,8 @@ def update_subsample(rng, state, estimator):
     return state, acceptance, False, cost
 
 
-def step(rng, state, estimator, params):
+def step(rng: np.random.Generator, state: HMCECSState, estimator: SubsampleEstimator,
+         params: hmc.HMCParams) -> tuple[HMCECSState, HMCECSInfo]:
     """One iteration of Algorithm 1.
 
     Parameters

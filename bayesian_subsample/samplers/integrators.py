@@ -22,11 +22,15 @@ density or gradient stops the trajectory early and is reported as
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
 from .metric import velocity
+
+if TYPE_CHECKING:
+    from ._typing import DifferentiableTarget
+
 
 __all__ = ["IntegratorState", "leapfrog"]
 
@@ -43,10 +47,10 @@ class IntegratorState(NamedTuple):
     #: True if the log density or gradient became non-finite.
     diverged: bool
     #: Auxiliary output of the target's last full evaluation (None if it gives none).
-    aux: object = None
+    aux: Any = None
 
 
-def leapfrog(target, position, momentum, logdensity_grad, step_size, n_steps, metric):
+def leapfrog(target: DifferentiableTarget, position, momentum, logdensity_grad, step_size, n_steps, metric):
     """Integrate ``n_steps`` leapfrog steps from ``(position, momentum)``.
 
     Parameters

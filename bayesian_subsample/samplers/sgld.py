@@ -33,12 +33,16 @@ gradient at a point outside the support is not finite).
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 from scipy import linalg
 
 from .metric import velocity
+
+if TYPE_CHECKING:
+    from ._sg_typing import GradientEstimator
+
 
 __all__ = ["SGLDState", "SGLDInfo", "SGLDParams", "init", "step", "sample_inverse_metric"]
 
@@ -88,7 +92,8 @@ def init(position, target=None, rng=None, params=None):
     return SGLDState(np.array(position, dtype=np.float64))
 
 
-def step(rng, state, grad_estimator, params):
+def step(rng: np.random.Generator, state: SGLDState, grad_estimator: GradientEstimator,
+         params: SGLDParams) -> tuple[SGLDState, SGLDInfo]:
     """One SGLD update.
 
     Parameters
