@@ -53,7 +53,13 @@ import numpy as np
 
 from ._base import ChainResult, stop_requested
 
-__all__ = ["Chain", "Run", "RENAMES", "run", "allocate_stats", "field_map", "record_stats"]
+__all__ = ["Chain", "Run", "RENAMES", "BASE_STATS", "run", "allocate_stats", "field_map",
+           "record_stats"]
+
+#: The ``sample_stats_`` every sampler reports, in this order (NaN where
+#: meaningless, e.g. ``energy`` without a Hamiltonian); samplers append theirs.
+BASE_STATS = ("acceptance_rate", "diverging", "energy", "energy_error", "lp", "step_size",
+              "n_steps", "n_obs_evaluated")
 
 #: Info field -> ArviZ ``sample_stats`` name, for every sampler.
 RENAMES = {"is_divergent": "diverging", "n_integration_steps": "n_steps"}

@@ -46,7 +46,7 @@ from ._base import (
     check_positive_int,
     check_rows,
 )
-from ._driver import run
+from ._driver import BASE_STATS, run
 from .adaptation import (
     dual_averaging_init,
     dual_averaging_update,
@@ -62,8 +62,7 @@ if TYPE_CHECKING:
 
 __all__ = ["HMC", "HMCECS"]
 
-_HMC_STATS = ("acceptance_rate", "diverging", "energy", "energy_error", "lp", "step_size",
-              "n_steps", "n_obs_evaluated")
+_HMC_STATS = BASE_STATS
 _ECS_STATS = _HMC_STATS + ("subsample_acceptance_rate", "loglik_var")
 _SIGNED_STATS = _ECS_STATS + ("sign",)
 

@@ -28,7 +28,7 @@ from ._base import (
     check_positive_int,
     check_rows,
 )
-from ._driver import run
+from ._driver import BASE_STATS, run
 from ._hmc_family import _laplace_offset, prepare_at_full_data_mode
 from .metric import metric_from_mass_matrix
 
@@ -37,8 +37,7 @@ if TYPE_CHECKING:
 
 __all__ = ["RandomWalkMH", "AusterityMH"]
 
-_STATS = ("acceptance_rate", "diverging", "energy", "energy_error", "lp", "step_size",
-          "n_steps", "n_obs_evaluated", "data_fraction")
+_STATS = BASE_STATS + ("data_fraction",)
 
 
 #: Bounds of the adapted log proposal scale around its start ``log(2.38/sqrt(d))``:

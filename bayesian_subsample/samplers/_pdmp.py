@@ -86,7 +86,7 @@ from ._base import (
     check_positive_int,
     check_rows,
 )
-from ._driver import run
+from ._driver import BASE_STATS, run
 from ._hmc_family import _laplace_offset, prepare_at_full_data_mode
 from .metric import metric_from_mass_matrix
 
@@ -95,8 +95,7 @@ if TYPE_CHECKING:
 
 __all__ = ["BPS", "SBPS", "pSBPS"]
 
-_STATS = ("acceptance_rate", "diverging", "energy", "energy_error", "lp", "step_size",
-          "n_steps", "n_obs_evaluated", "bounces", "refreshes", "proposals", "violations")
+_STATS = BASE_STATS + ("bounces", "refreshes", "proposals", "violations")
 
 #: ``beta`` and ``epsilon`` of the pSBPS preconditioner, eqs. (17)-(18) (§5, Fig. 3).
 PRECONDITIONER_DECAY = 0.99

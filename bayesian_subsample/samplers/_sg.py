@@ -82,7 +82,7 @@ from ._base import (
     check_positive_int,
     check_rows,
 )
-from ._driver import run
+from ._driver import BASE_STATS, run
 from ._hmc_family import _HMCFamily
 from .adaptation import refine_reference, refinement_schedule
 from .chebyshev import eigenvalue_range
@@ -93,8 +93,7 @@ if TYPE_CHECKING:
 
 __all__ = ["SGLD", "SGHMC"]
 
-_SG_STATS = ("acceptance_rate", "diverging", "energy", "energy_error", "lp", "step_size",
-             "n_steps", "n_obs_evaluated")
+_SG_STATS = BASE_STATS
 
 #: ``c`` of the default step sizes (module notes).
 SGLD_STEP_FACTOR = 0.2
