@@ -7,8 +7,7 @@ protocols (:mod:`._typing`); configured samplers (:class:`HMC`,
 :class:`HMCECS`, :class:`SGLD`, :class:`SGHMC`, :class:`RandomWalkMH`,
 :class:`AusterityMH`, :class:`BPS`, :class:`SBPS`) bind tuning parameters and
 drive chains for the estimators, all through the one chain driver
-:mod:`._driver` (the neural-network Gibbs chains of :mod:`._sg_model` keep
-their own loop for now).
+:mod:`._driver`.
 
 Kernels whose state is a position plus what the target says there share one
 ``init(position, target, rng, params)`` (the arguments of ``step`` with the

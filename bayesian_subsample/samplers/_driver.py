@@ -35,7 +35,8 @@ The chain object (see :class:`Chain`) provides
 
 and the class attributes ``stats`` (the ordered ``sample_stats_`` names of
 the sampler) and ``renames`` (Info field -> stats name where they differ,
-on top of :data:`RENAMES`).  The adaptation state ``adapt`` is whatever the
+on top of :data:`RENAMES`), and optionally ``stat_shapes`` (stats name ->
+per-draw shape, for a statistic that is a vector per draw).  The adaptation state ``adapt`` is whatever the
 sampler chooses (a NamedTuple in this package); the driver only passes it
 around.  ``init`` is the sampler's business, done before :func:`run`.
 
@@ -118,10 +119,14 @@ class Run(NamedTuple):
             interrupted=not self.warmup_complete or self.n_done < n_draws, **fields)
 
 
-def allocate_stats(names, n_draws):
-    """One array per name: NaN-filled float64, ``diverging`` all-False bool."""
+def allocate_stats(names, n_draws, shapes=None):
+    """One array per name: NaN-filled float64, ``diverging`` all-False bool.
+
+    ``shapes`` maps a name to its per-draw shape (default: a scalar per draw).
+    """
+    shapes = shapes or {}
     return {name: (np.zeros(n_draws, dtype=bool) if name == "diverging"
-                   else np.full(n_draws, np.nan)) for name in names}
+                   else np.full((n_draws, *shapes.get(name, ())), np.nan)) for name in names}
 
 
 def field_map(info_type, renames, names):
@@ -142,7 +147,7 @@ def record_stats(stats, i, info, fields, extra):
 def run(chain: Chain, rng: np.random.Generator, state: Any, adapt: Any, n_warmup: int,
         n_draws: int, dim: int, *, callback: Callable[[int, bool, float], Any] | None = None,
         stop: Any = None, warm_up: bool = True, first_draw: int = 0, n_done_before: int = 0,
-        t_start: float | None = None) -> Run:
+        t_start: float | None = None, keep: np.ndarray | None = None) -> Run:
     """Run ``n_warmup`` warm-up iterations (if ``warm_up``), then ``n_draws`` draws.
 
     ``warm_up=False`` continues a chain whose warm-up is done (``adapt`` is
@@ -152,7 +157,9 @@ def run(chain: Chain, rng: np.random.Generator, state: Any, adapt: Any, n_warmup
     ``callback(done, diverging, step_size)`` (display only).  The stop flag
     ``stop`` is checked before every iteration.  ``t_start`` (a
     ``time.perf_counter()`` value) is when the chain's own set-up began, so
-    that set-up counts as warm-up time.
+    that set-up counts as warm-up time.  ``keep`` (increasing draw indices)
+    stores only those draws (the others are still run and their stats kept),
+    in ``len(keep)`` NaN-initialised rows.
     """
     t0 = time.perf_counter() if t_start is None else t_start
     n_eval_warm = n_div_warm = 0
@@ -174,8 +181,9 @@ def run(chain: Chain, rng: np.random.Generator, state: Any, adapt: Any, n_warmup
         n_eval_warm += cost
     t1 = time.perf_counter()
     n = n_draws if complete else 0
-    draws = np.empty((n, dim))
-    stats = allocate_stats(chain.stats, n)
+    draws = np.empty((n, dim)) if keep is None else np.full((len(keep), dim), np.nan)
+    slot = 0
+    stats = allocate_stats(chain.stats, n, getattr(chain, "stat_shapes", None))
     n_eval = n_done = 0
     fields = None
     for i in range(n):
@@ -183,7 +191,11 @@ def run(chain: Chain, rng: np.random.Generator, state: Any, adapt: Any, n_warmup
             break
         params = chain.draw_params(adapt, first_draw + i)
         state, info = chain.step(rng, state, params)
-        draws[i] = chain.position(state)
+        if keep is None:
+            draws[i] = chain.position(state)
+        elif slot < len(keep) and keep[slot] == i:
+            draws[slot] = chain.position(state)
+            slot += 1
         n_eval += info.n_obs_evaluated
         if fields is None:
             fields = field_map(type(info), chain.renames, stats)
@@ -194,7 +206,7 @@ def run(chain: Chain, rng: np.random.Generator, state: Any, adapt: Any, n_warmup
         n_done = i + 1
     t2 = time.perf_counter()
     if n_done < n:
-        draws = draws[:n_done].copy()
+        draws = draws[:n_done if keep is None else slot].copy()
         stats = {name: value[:n_done].copy() for name, value in stats.items()}
     return Run(draws, stats, state, adapt, n_done, complete, n_eval_warm, n_eval, n_div_warm,
                t1 - t0, t2 - t1)
