@@ -32,13 +32,26 @@ The chain object (see :class:`Chain`) provides
     What the progress callback shows as the step size.
 ``draw_stats(state, params) -> dict``
     Per-draw statistics that are not ``Info`` fields (``lp``, ``step_size``).
+``position(state) -> ndarray``
+    The draw a state stands for.
 
 and the class attributes ``stats`` (the ordered ``sample_stats_`` names of
 the sampler) and ``renames`` (Info field -> stats name where they differ,
 on top of :data:`RENAMES`), and optionally ``stat_shapes`` (stats name ->
-per-draw shape, for a statistic that is a vector per draw).  The adaptation state ``adapt`` is whatever the
-sampler chooses (a NamedTuple in this package); the driver only passes it
-around.  ``init`` is the sampler's business, done before :func:`run`.
+per-draw shape, for a statistic that is a vector per draw).  The adaptation
+state ``adapt`` is whatever the sampler chooses (a NamedTuple in this
+package); the driver only passes it around.  Initialisation (the kernel's
+``init``, the first step size) is the sampler's business, done before
+:func:`run`; its cost is added to the warm-up count by the caller.
+
+Purity: the step-size recursions and the theta* refinement decision are pure
+functions, and every adaptation returns a new ``adapt``.  Three things are
+not: the warm-up window of positions is an append-only list shared between
+successive ``adapt`` values (copying it every iteration would be quadratic);
+HMC-ECS re-centres its subsample estimator in place (the estimator holds the
+data); and a piecewise-deterministic chain's state is a mutable trajectory
+object, as its kernel holder (pSBPS adapts its preconditioner inside a step)
+always was.
 
 Stats are stacked automatically: every Info field whose (renamed) name is in
 ``stats`` is stored, plus ``draw_stats``; every stats array is float64 except
@@ -54,7 +67,7 @@ import numpy as np
 
 from ._base import ChainResult, stop_requested
 
-__all__ = ["Chain", "Run", "RENAMES", "BASE_STATS", "run", "allocate_stats", "field_map",
+__all__ = ["Chain", "ChainDefaults", "Run", "RENAMES", "BASE_STATS", "run", "allocate_stats", "field_map",
            "record_stats"]
 
 #: The ``sample_stats_`` every sampler reports, in this order (NaN where
@@ -89,6 +102,30 @@ class Chain(Protocol):
     def draw_stats(self, state: Any, params: Any) -> dict: ...
 
     def position(self, state: Any) -> np.ndarray: ...
+
+
+class ChainDefaults:
+    """The usual answers of the optional parts of a :class:`Chain` (inherit, override)."""
+
+    renames: dict = {}
+
+    def position(self, state):
+        return state.position
+
+    def warmup_params(self, adapt):
+        return None
+
+    def draw_params(self, adapt, i):
+        return self.warmup_params(adapt)
+
+    def update(self, rng, adapt, iteration, state, info):
+        return adapt, state, 0
+
+    def final(self, rng, adapt, state, complete):
+        return adapt, state, 0
+
+    def draw_stats(self, state, params):
+        return {}
 
 
 class Run(NamedTuple):

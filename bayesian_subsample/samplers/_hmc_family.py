@@ -46,7 +46,7 @@ from ._base import (
     check_positive_int,
     check_rows,
 )
-from ._driver import BASE_STATS, run
+from ._driver import BASE_STATS, ChainDefaults, run
 from .adaptation import (
     dual_averaging_init,
     dual_averaging_update,
@@ -502,7 +502,7 @@ class _HMCAdapt(NamedTuple):
     times: object = None
 
 
-class _HMCChain:
+class _HMCChain(ChainDefaults):
     """HMC, HMC-ECS and signed HMC-ECS as a :class:`._driver.Chain`.
 
     Warm-up (Dang et al., 2019, §6.3): dual averaging of the step size at
@@ -512,8 +512,6 @@ class _HMCChain:
     well above its floor), a new mass matrix and a restart of dual averaging
     when theta* moved; the adapter re-centres its estimator.
     """
-
-    renames: dict = {}
 
     def __init__(self, config, adapter, posterior, n_warmup, n_draws):
         self.config = config
@@ -530,10 +528,6 @@ class _HMCChain:
 
     def step(self, rng, state, params):
         return self.adapter.step(rng, state, params)
-
-    @staticmethod
-    def position(state):
-        return state.position
 
     def warmup_params(self, adapt):
         eps = adapt.step_size

@@ -28,7 +28,7 @@ from ._base import (
     check_positive_int,
     check_rows,
 )
-from ._driver import BASE_STATS, run
+from ._driver import BASE_STATS, ChainDefaults, run
 from ._hmc_family import _laplace_offset, prepare_at_full_data_mode
 from .metric import metric_from_mass_matrix
 
@@ -174,7 +174,7 @@ class _MHInfo(NamedTuple):
     data_fraction: float
 
 
-class _MHChain:
+class _MHChain(ChainDefaults):
     """Random-walk (or SGLD-proposal) MH as a :class:`._driver.Chain`.
 
     Warm-up: a Robbins-Monro recursion on ``log s`` towards the target
@@ -195,15 +195,7 @@ class _MHChain:
         return self.transition(rng, state, scale, self.cov_chol)
 
     @staticmethod
-    def position(state):
-        return state.position
-
-    @staticmethod
     def warmup_params(adapt):
-        return math.exp(adapt.log_scale)
-
-    @staticmethod
-    def draw_params(adapt, i):
         return math.exp(adapt.log_scale)
 
     display_step_size = warmup_params
@@ -223,10 +215,6 @@ class _MHChain:
         # proposal to 0 or to overflow.
         clipped = min(max(log_s, self.low), self.high)
         return _MHAdapt(clipped, adapt.at_bound or clipped != log_s), state, 0
-
-    @staticmethod
-    def final(rng, adapt, state, complete):
-        return adapt, state, 0
 
 
 class RandomWalkMH(_MHFamily):

@@ -86,7 +86,7 @@ from ._base import (
     check_positive_int,
     check_rows,
 )
-from ._driver import BASE_STATS, run
+from ._driver import BASE_STATS, ChainDefaults, run
 from ._hmc_family import _laplace_offset, prepare_at_full_data_mode
 from .metric import metric_from_mass_matrix
 
@@ -605,7 +605,7 @@ class _GridInfo(NamedTuple):
     n_obs_evaluated: int = 0
 
 
-class _PDMPChain:
+class _PDMPChain(ChainDefaults):
     """BPS, SBPS and pSBPS as a :class:`._driver.Chain` (iterations are draw intervals).
 
     Warm-up iteration ``k`` moves the particle past ``(k + 1) * interval``;
@@ -656,10 +656,6 @@ class _PDMPChain:
     @staticmethod
     def update(rng, adapt, iteration, state, info):
         return adapt + 1, state, 0
-
-    @staticmethod
-    def final(rng, adapt, state, complete):
-        return adapt, state, 0
 
     def display_step_size(self, adapt):
         return self.interval

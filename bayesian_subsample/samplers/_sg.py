@@ -82,7 +82,7 @@ from ._base import (
     check_positive_int,
     check_rows,
 )
-from ._driver import BASE_STATS, run
+from ._driver import BASE_STATS, ChainDefaults, run
 from ._hmc_family import _HMCFamily
 from .adaptation import refine_reference, refinement_schedule
 from .chebyshev import eigenvalue_range
@@ -286,7 +286,7 @@ class _SGFamily(SamplerConfig):
 
     # -------------------------------------------------------------- driver
     def _new_kernel(self, rng, position, expansion, metric, eps, hess_metric):
-        """A kernel for step size ``eps`` with its move guard, and its start state at ``position``."""
+        """A kernel for step size ``eps`` with its move guard, and its state at ``position``."""
         kernel, state = self._make_kernel(rng, position, metric, eps)
         kernel.guard = _MoveGuard(hess_metric, self._max_move(expansion, metric, eps, kernel))
         return kernel, state
@@ -359,7 +359,7 @@ class _SGAdapt(NamedTuple):
     extra: object = None
 
 
-class _SGChain:
+class _SGChain(ChainDefaults):
     """SGLD and SG-HMC as a :class:`._driver.Chain`.
 
     Warm-up: a restart at theta* after ``_MAX_STUCK`` divergent updates from
@@ -374,7 +374,6 @@ class _SGChain:
     """
 
     stats = _SG_STATS
-    renames: dict = {}
 
     def __init__(self, config, posterior, metric, hess_metric, n_warmup):
         self.config = config
@@ -389,15 +388,7 @@ class _SGChain:
         return kernel.step(rng, state, estimator)
 
     @staticmethod
-    def position(state):
-        return state.position
-
-    @staticmethod
     def warmup_params(adapt):
-        return adapt.kernel, adapt.estimator
-
-    @staticmethod
-    def draw_params(adapt, i):
         return adapt.kernel, adapt.estimator
 
     @staticmethod

@@ -76,7 +76,7 @@ import numpy as np
 
 from . import hmc, sghmc, sgld
 from ._base import ChainResult, Prepared, SamplerConfig, check_positive_float, check_positive_int
-from ._driver import run
+from ._driver import ChainDefaults, run
 from .adaptation import dual_averaging_init, dual_averaging_update, find_reasonable_step_size
 from .metric import Metric, sample_momentum
 
@@ -260,7 +260,7 @@ class _ModelInfo(NamedTuple):
 _STILL = _ModelInfo(np.nan, False, np.nan, np.nan, 0, np.nan, np.nan)
 
 
-class _ModelChain:
+class _ModelChain(ChainDefaults):
     """Gibbs within SG-MCMC (or HMC, or an optimiser) as a :class:`._driver.Chain`.
 
     Iteration ``it`` is a pass over the data in minibatches through the
@@ -274,7 +274,6 @@ class _ModelChain:
 
     stats = ("acceptance_rate", "diverging", "step_size", "n_steps", "n_obs_evaluated",
              "prior_precision", "noise_precision")
-    renames: dict = {}
     #: Set per chain: ``prior_precision`` has one value per weight group.
     stat_shapes: dict = {}
 
@@ -305,14 +304,6 @@ class _ModelChain:
         friction = cfg["friction"]
         return sghmc.make_params(cfg["step_size"], 1, self.unit, friction,
                                  None if self.method == "sghmc" else friction)[0]
-
-    @staticmethod
-    def warmup_params(adapt):
-        return None
-
-    @staticmethod
-    def draw_params(adapt, i):
-        return None
 
     def step(self, rng, st, unused):
         """One iteration; the kernel parameters travel in the state (they follow ``hyper``)."""
@@ -381,7 +372,3 @@ class _ModelChain:
     @staticmethod
     def display_step_size(adapt):
         return float(adapt.step_size)
-
-    @staticmethod
-    def draw_stats(st, params):
-        return {}

@@ -50,7 +50,8 @@ class IntegratorState(NamedTuple):
     aux: Any = None
 
 
-def leapfrog(target: DifferentiableTarget, position, momentum, logdensity_grad, step_size, n_steps, metric):
+def leapfrog(target: DifferentiableTarget, position, momentum, logdensity_grad, step_size,
+             n_steps, metric):
     """Integrate ``n_steps`` leapfrog steps from ``(position, momentum)``.
 
     Parameters
