@@ -559,18 +559,16 @@ class _Trajectory:
         self.bounds.check(t1, kernel.position)
         if t1 >= self.t_warm_end:
             self.samp_evals += info.n_obs_evaluated
-            violation = int(getattr(info, "violation", False))
+            counts = {"proposals": int(info.proposed),
+                      "bounces": int(info.event == bps.BOUNCE),
+                      "refreshes": int(info.event == bps.REFRESH),
+                      "violations": int(getattr(info, "violation", False))}
+            for name, value in counts.items():
+                acc[name] += value
+                totals[name] += value
             acc["steps"] += 1
             acc["evals"] += info.n_obs_evaluated
-            acc["proposals"] += int(info.proposed)
-            acc["bounces"] += int(info.event == bps.BOUNCE)
-            acc["refreshes"] += int(info.event == bps.REFRESH)
-            acc["violations"] += violation
             acc["div"] |= bool(info.is_divergent)
-            totals["proposals"] += int(info.proposed)
-            totals["bounces"] += int(info.event == bps.BOUNCE)
-            totals["refreshes"] += int(info.event == bps.REFRESH)
-            totals["violations"] += violation
             totals["observe"] += int(info.event == sbps.OBSERVE)
             totals["numerical_errors"] += int(info.is_divergent)
         else:
