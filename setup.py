@@ -56,6 +56,8 @@ setup(
             # The dask backend tests (tests/test_backends.py, tests/test_interrupt.py).
             "dask",
             "distributed",
+            # tests/test_typecheck.py holds the samplers to their protocols.
+            "mypy>=1.8",
         ],
         "doc": [
             "sphinx>=7",

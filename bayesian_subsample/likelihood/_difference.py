@@ -204,18 +204,19 @@ class DifferenceEstimator:
 class ConditionalTarget:
     """``theta -> log L_hat(theta; u) + log p(theta)`` for a fixed subsample ``u``."""
 
-    __slots__ = ("estimator", "subsample", "n_obs_per_eval", "last_loglik_var", "last_sign")
+    __slots__ = ("estimator", "subsample", "n_obs_per_eval")
 
     def __init__(self, estimator, subsample):
         self.estimator = estimator
         self.subsample = subsample
         self.n_obs_per_eval = estimator.n_rows(subsample)
-        #: ``sigma2_hat`` and sign at the most recent evaluation (for reporting).
-        self.last_loglik_var = np.nan
-        self.last_sign = 1.0
 
     def logdensity_and_grad(self, theta):
         est = self.estimator.evaluate(theta, self.subsample)
-        self.last_loglik_var = est.loglik_var
-        self.last_sign = est.sign
         return est.logdensity, est.grad
+
+    def logdensity_grad_and_aux(self, theta):
+        """As :meth:`logdensity_and_grad`, plus the whole estimate (``loglik_var``,
+        ``sign``), which the leapfrog integrator hands back to the kernel."""
+        est = self.estimator.evaluate(theta, self.subsample)
+        return est.logdensity, est.grad, est

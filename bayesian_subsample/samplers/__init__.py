@@ -6,7 +6,16 @@ Kernels (:mod:`.hmc`, :mod:`.hmc_ecs`, :mod:`.sgld`, :mod:`.sghmc`,
 protocols (:mod:`._typing`); configured samplers (:class:`HMC`,
 :class:`HMCECS`, :class:`SGLD`, :class:`SGHMC`, :class:`RandomWalkMH`,
 :class:`AusterityMH`, :class:`BPS`, :class:`SBPS`) bind tuning parameters and
-drive chains for the estimators.
+drive chains for the estimators, all through the one chain driver
+:mod:`._driver`.
+
+Kernels whose state is a position plus what the target says there share one
+``init(position, target, rng, params)`` (the arguments of ``step`` with the
+position for the state; unused ones may be omitted): :mod:`.hmc`,
+:mod:`.hmc_ecs`, :mod:`.austerity`, :mod:`.sgld`, :mod:`.gibbs`.  Kernels whose
+state carries an auxiliary variable take it as their second argument:
+``sghmc.init(position, momentum)``, ``bps.init(position, velocity, target)``,
+``sbps.init(position, velocity)``.
 """
 
 from . import (

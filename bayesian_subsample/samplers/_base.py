@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import abc
 import inspect
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from ._typing import Expansion
 
 __all__ = ["SamplerConfig", "ChainResult", "Prepared", "stop_requested"]
 
@@ -25,7 +28,7 @@ class Prepared(NamedTuple):
     """Work shared by all chains of one fit, done once before dispatch."""
 
     #: Taylor expansion around the first reference point theta*.
-    expansion: object
+    expansion: Expansion
     #: Per-observation evaluations spent (subset mode plus one full pass).
     n_obs_evaluated: int
 

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import math
 import time
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 from scipy import linalg
@@ -44,21 +45,24 @@ from ._base import (
     check_positive_float,
     check_positive_int,
     check_rows,
-    stop_requested,
 )
+from ._driver import BASE_STATS, ChainDefaults, run
 from .adaptation import (
     dual_averaging_init,
     dual_averaging_update,
     find_reasonable_step_size,
+    refine_reference,
     refinement_schedule,
 )
 from .chebyshev import chebyshev_times, constant_times, eigenvalue_range
 from .metric import metric_from_mass_matrix
 
+if TYPE_CHECKING:
+    from ._typing import TallPosterior
+
 __all__ = ["HMC", "HMCECS"]
 
-_HMC_STATS = ("acceptance_rate", "diverging", "energy", "energy_error", "lp", "step_size",
-              "n_steps", "n_obs_evaluated")
+_HMC_STATS = BASE_STATS
 _ECS_STATS = _HMC_STATS + ("subsample_acceptance_rate", "loglik_var")
 _SIGNED_STATS = _ECS_STATS + ("sign",)
 
@@ -118,7 +122,7 @@ class _ECSAdapter:
     ``loglik_var = 0``) and ``sampler_info_`` says ``full_data=True``.
     """
 
-    stats = _ECS_STATS
+    stats: tuple[str, ...] = _ECS_STATS
 
     def __init__(self, config, posterior):
         self.config = config
@@ -361,6 +365,16 @@ def prepare_at_full_data_mode(config, rng, posterior):
 class _HMCFamily(SamplerConfig):
     """Shared tuning and driver of the HMC samplers."""
 
+    step_size: str | float
+    trajectory_length: float
+    target_accept: float
+    mass_matrix: str
+    max_integration_steps: int
+    reference_fraction: float
+    divergence_threshold: float
+    integration_time: str
+    chebyshev_cycle: int | None
+
     def _validate_common(self, n_obs):
         if not (isinstance(self.step_size, str) and self.step_size == "auto"):
             check_positive_float(self.step_size, "step_size")
@@ -420,165 +434,152 @@ class _HMCFamily(SamplerConfig):
             return constant_times(L, K)
         return chebyshev_times(m, L, K, rng)
 
-    def _run(self, adapter, rng, posterior, prepared, n_warmup, n_draws, callback=None,
-             stop=None, resume=None):
-        if resume is not None:
-            adapter.restore(resume["adapter"], resume["expansion"])
-            return self._sample_phase(adapter, rng, posterior, n_draws, stop, resume,
-                                      time.perf_counter(), 0, 0, callback, 0)
-        t_start = time.perf_counter()
-        dense = self.mass_matrix == "dense"
-        expansion = prepared.expansion
-        metric = metric_from_mass_matrix(expansion.neg_hessian, dense)
-        position = expansion.theta_star + _laplace_offset(rng, metric)
-        state, n_eval_warm = adapter.init(rng, position, expansion)
-        adapt = isinstance(self.step_size, str)
-        if adapt:
-            eps, k = find_reasonable_step_size(
-                rng, adapter.target_at(state), state.position, state.logdensity,
-                state.logdensity_grad, metric, initial=min(1.0, self.trajectory_length))
-            n_eval_warm += k * adapter.subsample_size
-        else:
-            eps = float(self.step_size)
-        da = dual_averaging_init(eps)
-        schedule = set(refinement_schedule(n_warmup))
-        last_point = max(schedule) if schedule else None
-        n_refinements = 0
-        centre_draws = np.inf  # theta* from the subset mode: no window noise
-        window = []
-        n_div_warm = 0
-        thr = float(self.divergence_threshold)
-        warm_complete = True
-        for it in range(n_warmup):
-            if stop_requested(stop):
-                warm_complete = False
-                break
-            params = hmc.HMCParams(eps, self._n_steps(eps), metric, thr)
-            state, info = adapter.step(rng, state, params)
-            n_eval_warm += info.n_obs_evaluated
-            n_div_warm += int(info.is_divergent)
-            if adapt:
-                da = dual_averaging_update(da, info.acceptance_rate, self.target_accept)
-                eps = math.exp(da.log_step_size)
-            if callback is not None:
-                callback(it + 1, info.is_divergent, eps)
-            window.append(state.position)
-            if it + 1 in schedule:
-                recent = np.asarray(window[len(window) // 2:])
-                centre = recent.mean(axis=0)
-                delta = centre - expansion.theta_star
-                # Refresh theta* (one full pass) only when the recent draws say
-                # it is more than about one posterior sd away (squared Mahalanobis
-                # distance in the Hessian metric above 1) after discounting the
-                # noise of the two window means, allowing an inefficiency of 2
-                # during warm-up.  On tall data the Hessian hardly changes within
-                # the posterior, so passes that chase that noise buy nothing.
-                # HMC-ECS also refreshes while its automatic m is well above its
-                # floor (see _ECSAdapter.wants_refresh).
-                dist2 = float(delta @ expansion.neg_hessian @ delta)
-                noise = 2.0 * posterior.dim * (1.0 / len(recent) + 1.0 / centre_draws)
-                refine = dist2 - noise > 1.0 or adapter.wants_refresh()
-                if refine:
-                    centre_draws = len(recent)
-                    expansion = posterior.expand(centre, self._taylor_order())
-                    metric = metric_from_mass_matrix(expansion.neg_hessian, dense)
-                    n_eval_warm += expansion.n_obs_evaluated
-                    n_refinements += 1
-                state, cost = adapter.recentre(rng, state, expansion, recent, refine,
-                                               it + 1 == last_point)
-                n_eval_warm += cost
-                if refine:
-                    window = []
-                    if adapt:
-                        da = dual_averaging_init(eps)
-        if adapt and n_warmup > 0:
-            eps = math.exp(da.log_step_size_avg)
-        if not warm_complete:
-            # Stopped during warm-up: no draws, nothing to continue.
-            return self._sample_phase(adapter, rng, posterior, 0, stop, None, t_start,
-                                      n_eval_warm, n_div_warm, None, 0, expansion=expansion,
-                                      metric=metric, eps=eps, n_refinements=n_refinements)
-        n_steps = self._n_steps(eps)
-        times = self._integration_schedule(rng, expansion, metric, n_draws)
-        resume = {"state": state, "step_size": eps, "n_integration_steps": n_steps,
-                  "metric": metric, "expansion": expansion, "times": times, "iteration": 0,
-                  "n_refinements": n_refinements, "adapter": adapter.snapshot()}
-        return self._sample_phase(adapter, rng, posterior, n_draws, stop, resume, t_start,
-                                  n_eval_warm, n_div_warm, callback, n_warmup)
+    def _run(self, adapter, rng: np.random.Generator, posterior: TallPosterior,
+             prepared: Prepared, n_warmup: int, n_draws: int, callback=None, stop=None,
+             resume=None) -> ChainResult:
+        """Run one chain of ``adapter``'s kernel on the driver (see :class:`_HMCChain`).
 
-    def _sample_phase(self, adapter, rng, posterior, n_draws, stop, resume, t_start,
-                      n_eval_warm, n_div_warm, callback, n_done_before, **stopped):
-        """Post-warm-up draws from the chain state and tuning in ``resume``.
-
-        ``resume["iteration"]`` counts the draws before this call, so the
-        Chebyshev schedule continues where it was (its cycle length ``K`` is
-        the one fixed after warm-up: ``n_draws`` of the first call when
-        ``chebyshev_cycle`` is None).  ``resume=None`` (a chain stopped in
-        warm-up) returns no draws, with the tuning in ``stopped``.
+        With ``resume`` (the ``resume`` of an earlier result) the chain
+        continues from its final state with its frozen tuning; ``iteration``
+        counts the draws before, so the Chebyshev schedule continues where it
+        was (its cycle length ``K`` is the one fixed after warm-up).
         """
-        thr = float(self.divergence_threshold)
-        if resume is None:
-            expansion, metric = stopped["expansion"], stopped["metric"]
-            eps, n_steps = stopped["eps"], self._n_steps(stopped["eps"])
-            n_refinements, times, offset, state = stopped["n_refinements"], None, 0, None
-        else:
-            expansion, metric = resume["expansion"], resume["metric"]
-            eps, n_steps = resume["step_size"], resume["n_integration_steps"]
-            n_refinements, times = resume["n_refinements"], resume["times"]
-            offset, state = resume["iteration"], resume["state"]
-        params = hmc.HMCParams(eps, n_steps, metric, thr)
-        t_warm = time.perf_counter()
-
-        dim = posterior.dim
-        draws = np.empty((n_draws, dim))
-        stats = {name: np.empty(n_draws, dtype=bool if name == "diverging" else float)
-                 for name in adapter.stats}
-        n_eval_samp = 0
-        n_done = 0
-        for it in range(n_draws):
-            if stop_requested(stop):
-                break
-            if times is not None:
-                params = params._replace(n_integration_steps=self._n_steps(
-                    eps, times[(offset + it) % len(times)]))
-            state, info = adapter.step(rng, state, params)
-            draws[it] = state.position
-            n_eval_samp += info.n_obs_evaluated
-            stats["acceptance_rate"][it] = info.acceptance_rate
-            stats["diverging"][it] = info.is_divergent
-            stats["energy"][it] = info.energy
-            stats["energy_error"][it] = info.energy_error
-            stats["lp"][it] = state.logdensity
-            stats["step_size"][it] = eps
-            stats["n_steps"][it] = info.n_integration_steps
-            stats["n_obs_evaluated"][it] = info.n_obs_evaluated
-            if "loglik_var" in stats:
-                stats["subsample_acceptance_rate"][it] = info.subsample_acceptance_rate
-                stats["loglik_var"][it] = info.loglik_var
-            if "sign" in stats:
-                stats["sign"][it] = info.sign
-            if callback is not None:
-                callback(n_done_before + it + 1, info.is_divergent, eps)
-            n_done = it + 1
-        t_end = time.perf_counter()
-        interrupted = n_done < n_draws or resume is None
-        if n_done < n_draws:
-            draws = draws[:n_done].copy()
-            stats = {name: value[:n_done].copy() for name, value in stats.items()}
         if resume is not None:
-            resume = dict(resume, state=state, iteration=offset + n_done)
-        return ChainResult(
-            draws=draws, stats=stats, n_obs_evaluated_warmup=int(n_eval_warm),
-            n_obs_evaluated_sampling=int(n_eval_samp), n_divergent_warmup=n_div_warm,
-            step_size=float(eps), n_integration_steps=n_steps,
-            inverse_mass_matrix=metric.inverse_mass_matrix,
-            theta_star=np.asarray(expansion.theta_star),
-            subsample_size=int(adapter.subsample_size),
-            n_refinements=n_refinements,
+            adapt = resume["adapt"]
+            adapter.restore(resume["adapter"], adapt.expansion)
+            out = run(_HMCChain(self, adapter, posterior, 0, n_draws), rng, resume["state"],
+                      adapt, 0, n_draws, posterior.dim, callback=callback, stop=stop,
+                      warm_up=False, first_draw=resume["iteration"])
+            offset, snapshot = resume["iteration"], resume["adapter"]
+        else:
+            t_start = time.perf_counter()
+            expansion = prepared.expansion
+            metric = metric_from_mass_matrix(expansion.neg_hessian, self.mass_matrix == "dense")
+            position = expansion.theta_star + _laplace_offset(rng, metric)
+            state, n_eval_init = adapter.init(rng, position, expansion)
+            if isinstance(self.step_size, str):
+                eps, k = find_reasonable_step_size(
+                    rng, adapter.target_at(state), state.position, state.logdensity,
+                    state.logdensity_grad, metric, initial=min(1.0, self.trajectory_length))
+                n_eval_init += k * adapter.subsample_size
+            else:
+                eps = float(self.step_size)
+            adapt = _HMCAdapt(eps, dual_averaging_init(eps), metric, expansion, [], np.inf, 0)
+            out = run(_HMCChain(self, adapter, posterior, n_warmup, n_draws), rng, state, adapt,
+                      n_warmup, n_draws, posterior.dim, callback=callback, stop=stop,
+                      n_done_before=n_warmup, t_start=t_start)
+            out = out._replace(n_obs_evaluated_warmup=out.n_obs_evaluated_warmup + n_eval_init)
+            offset, snapshot = 0, adapter.snapshot()
+        adapt = out.adapt
+        return out.result(
+            n_draws, step_size=float(adapt.step_size),
+            n_integration_steps=adapt.n_integration_steps,
+            inverse_mass_matrix=adapt.metric.inverse_mass_matrix,
+            theta_star=np.asarray(adapt.expansion.theta_star),
+            subsample_size=int(adapter.subsample_size), n_refinements=adapt.n_refinements,
             extra=dict(getattr(adapter, "extra", {})),
-            wall_time_warmup=t_warm - t_start, wall_time_sampling=t_end - t_warm,
-            interrupted=interrupted, resume=resume,
-        )
+            resume=({"state": out.state, "adapt": adapt, "iteration": offset + out.n_done,
+                     "adapter": snapshot} if out.warmup_complete else None))
+
+
+class _HMCAdapt(NamedTuple):
+    """Warm-up adaptation state of the HMC samplers (frozen at the end of warm-up)."""
+
+    step_size: float
+    #: :class:`.adaptation.DualAveragingState`.
+    da: object
+    metric: object
+    expansion: object
+    #: Warm-up positions since the last refresh of theta* (an append-only
+    #: buffer shared between successive states; replaced, never cleared).
+    window: list
+    #: Draws behind the mean that is theta* (``inf``: the subset mode).
+    centre_draws: float
+    n_refinements: int
+    #: Set at the end of warm-up: L for the fixed trajectory length and the
+    #: post-warm-up integration times (None: fixed).
+    n_integration_steps: int = 0
+    times: object = None
+
+
+class _HMCChain(ChainDefaults):
+    """HMC, HMC-ECS and signed HMC-ECS as a :class:`._driver.Chain`.
+
+    Warm-up (Dang et al., 2019, §6.3): dual averaging of the step size at
+    every iteration and, at the points of :func:`.adaptation.refinement_schedule`,
+    the shared theta* rule :func:`.adaptation.refine_reference` (inefficiency
+    2, the sampler's Taylor order, forced while HMC-ECS's automatic ``m`` is
+    well above its floor), a new mass matrix and a restart of dual averaging
+    when theta* moved; the adapter re-centres its estimator.
+    """
+
+    def __init__(self, config, adapter, posterior, n_warmup, n_draws):
+        self.config = config
+        self.adapter = adapter
+        self.posterior = posterior
+        self.stats = adapter.stats
+        self.adapt_step = isinstance(config.step_size, str)
+        self.threshold = float(config.divergence_threshold)
+        self.dense = config.mass_matrix == "dense"
+        points = refinement_schedule(n_warmup)
+        self.schedule = set(points)
+        self.last_point = max(points) if points else None
+        self.n_warmup, self.n_draws = n_warmup, n_draws
+
+    def step(self, rng, state, params):
+        return self.adapter.step(rng, state, params)
+
+    def warmup_params(self, adapt):
+        eps = adapt.step_size
+        return hmc.HMCParams(eps, self.config._n_steps(eps), adapt.metric, self.threshold)
+
+    def draw_params(self, adapt, i):
+        n_steps = adapt.n_integration_steps
+        if adapt.times is not None:
+            n_steps = self.config._n_steps(adapt.step_size, adapt.times[i % len(adapt.times)])
+        return hmc.HMCParams(adapt.step_size, n_steps, adapt.metric, self.threshold)
+
+    @staticmethod
+    def display_step_size(adapt):
+        return adapt.step_size
+
+    @staticmethod
+    def draw_stats(state, params):
+        return {"lp": state.logdensity, "step_size": params.step_size}
+
+    def update(self, rng, adapt, iteration, state, info):
+        da, eps = adapt.da, adapt.step_size
+        if self.adapt_step:
+            da = dual_averaging_update(da, info.acceptance_rate, self.config.target_accept)
+            eps = math.exp(da.log_step_size)
+        adapt.window.append(state.position)
+        adapt = adapt._replace(da=da, step_size=eps)
+        if iteration + 1 not in self.schedule:
+            return adapt, state, 0
+        ref = refine_reference(self.posterior, adapt.expansion, adapt.window,
+                               adapt.centre_draws, inefficiency=2.0,
+                               taylor_order=self.config._taylor_order(),
+                               force=self.adapter.wants_refresh())
+        if ref.refined:
+            adapt = adapt._replace(
+                expansion=ref.expansion, centre_draws=ref.centre_draws,
+                metric=metric_from_mass_matrix(ref.expansion.neg_hessian, self.dense),
+                n_refinements=adapt.n_refinements + 1, window=[],
+                da=dual_averaging_init(eps) if self.adapt_step else da)
+        state, cost = self.adapter.recentre(rng, state, adapt.expansion, ref.recent,
+                                            ref.refined, iteration + 1 == self.last_point)
+        return adapt, state, ref.n_obs_evaluated + cost
+
+    def final(self, rng, adapt, state, complete):
+        eps = adapt.step_size
+        if self.adapt_step and self.n_warmup > 0:
+            eps = math.exp(adapt.da.log_step_size_avg)
+        adapt = adapt._replace(step_size=eps, n_integration_steps=self.config._n_steps(eps),
+                               window=[])
+        if complete:
+            adapt = adapt._replace(times=self.config._integration_schedule(
+                rng, adapt.expansion, adapt.metric, self.n_draws))
+        return adapt, state, 0
 
 
 class HMC(_HMCFamily):

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 import time
-from typing import NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 from scipy import linalg
@@ -22,19 +22,22 @@ from scipy import linalg
 from . import austerity
 from ._base import (
     ChainResult,
+    Prepared,
     SamplerConfig,
     check_positive_float,
     check_positive_int,
     check_rows,
-    stop_requested,
 )
+from ._driver import BASE_STATS, ChainDefaults, run
 from ._hmc_family import _laplace_offset, prepare_at_full_data_mode
 from .metric import metric_from_mass_matrix
 
+if TYPE_CHECKING:
+    from ._typing import MHPosterior
+
 __all__ = ["RandomWalkMH", "AusterityMH"]
 
-_STATS = ("acceptance_rate", "diverging", "energy", "energy_error", "lp", "step_size",
-          "n_steps", "n_obs_evaluated", "data_fraction")
+_STATS = BASE_STATS + ("data_fraction",)
 
 
 #: Bounds of the adapted log proposal scale around its start ``log(2.38/sqrt(d))``:
@@ -76,6 +79,16 @@ class _RWState(NamedTuple):
 class _MHFamily(SamplerConfig):
     """Shared warm-up and driver."""
 
+    proposal_scale: str | float
+    target_accept: str | float
+    reference_fraction: float
+
+    def _init_state(self, posterior, position):
+        raise NotImplementedError
+
+    def _rows_per_decision(self, posterior):
+        raise NotImplementedError
+
     def prepare(self, rng, posterior):
         """Posterior mode and the Hessian there, for the start and the proposal.
 
@@ -105,87 +118,103 @@ class _MHFamily(SamplerConfig):
         if not (isinstance(self.proposal_scale, str) and self.proposal_scale == "auto"):
             check_positive_float(self.proposal_scale, "proposal_scale")
 
-    def _run(self, rng, posterior, prepared, n_warmup, n_draws, transition, callback=None,
-             stop=None, resume=None):
+    def _run(self, rng: np.random.Generator, posterior: MHPosterior, prepared: Prepared,
+             n_warmup: int, n_draws: int, transition, callback=None, stop=None,
+             resume=None) -> ChainResult:
         t0 = time.perf_counter()
         ex = prepared.expansion
         metric = metric_from_mass_matrix(ex.neg_hessian, dense=True)
-        cov_chol = _proposal_factor(metric)
-        d = posterior.dim
-        adapt = isinstance(self.proposal_scale, str)
-        log_s0 = math.log(self._initial_scale(d) if adapt else float(self.proposal_scale))
-        log_s = log_s0
-        target_accept = self._target_accept()
-        n_eval_warm = 0
-        at_bound = False
-        warm_complete = True
+        adapt_scale = isinstance(self.proposal_scale, str)
+        log_s0 = math.log(self._initial_scale(posterior.dim) if adapt_scale
+                          else float(self.proposal_scale))
+        chain = _MHChain(transition, _proposal_factor(metric), adapt_scale, log_s0,
+                         self._target_accept())
         if resume is not None:
             # The scale is frozen after warm-up: the state and log s continue the chain.
-            state, log_s, n_warmup = resume["state"], resume["log_scale"], 0
+            state, adapt = resume["state"], _MHAdapt(resume["log_scale"], False)
         else:
-            position = ex.theta_star + _laplace_offset(rng, metric)
-            state = self._init_state(posterior, position)
-        for it in range(n_warmup):
-            if stop_requested(stop):
-                warm_complete, n_draws = False, 0
-                break
-            state, accepted, cost, _ = transition(rng, state, math.exp(log_s), cov_chol)
-            n_eval_warm += cost
-            if adapt:
-                log_s += (float(accepted) - target_accept) / (it + 1) ** 0.6
-                # The Laplace covariance at the mode fixes the shape; a scale
-                # far from 2.38/sqrt(d) means the posterior is nothing like it
-                # (e.g. separable data, a flat direction), and an unbounded
-                # recursion would run the proposal to 0 or to overflow.
-                clipped = min(max(log_s, log_s0 + _LOG_SCALE_RANGE[0]),
-                              log_s0 + _LOG_SCALE_RANGE[1])
-                at_bound |= clipped != log_s
-                log_s = clipped
-            if callback is not None:
-                callback(it + 1, False, math.exp(log_s))
-        t1 = time.perf_counter()
-        draws = np.empty((n_draws, d))
-        stats = {k: np.zeros(n_draws, dtype=bool if k == "diverging" else float)
-                 for k in _STATS}
-        n_eval = 0
-        n_done = 0
-        for it in range(n_draws):
-            if stop_requested(stop):
-                break
-            state, accepted, cost, fraction = transition(rng, state, math.exp(log_s), cov_chol)
-            draws[it] = state.position
-            n_eval += cost
-            stats["acceptance_rate"][it] = float(accepted)
-            stats["step_size"][it] = math.exp(log_s)
-            stats["n_steps"][it] = 1
-            stats["n_obs_evaluated"][it] = cost
-            stats["data_fraction"][it] = fraction
-            if callback is not None:
-                callback(n_warmup + it + 1, False, math.exp(log_s))
-            n_done = it + 1
-        if n_done < n_draws:
-            draws = draws[:n_done].copy()
-            stats = {name: value[:n_done].copy() for name, value in stats.items()}
-        for k in ("energy", "energy_error", "lp"):
-            stats[k][:] = np.nan
-        t2 = time.perf_counter()
-        return ChainResult(
-            draws=draws, stats=stats, n_obs_evaluated_warmup=int(n_eval_warm),
-            n_obs_evaluated_sampling=int(n_eval), n_divergent_warmup=0,
-            step_size=math.exp(log_s), n_integration_steps=1,
+            state = self._init_state(posterior, ex.theta_star + _laplace_offset(rng, metric))
+            adapt = _MHAdapt(log_s0, False)
+        out = run(chain, rng, state, adapt, n_warmup, n_draws, posterior.dim, callback=callback,
+                  stop=stop, warm_up=resume is None, t_start=t0,
+                  n_done_before=0 if resume is not None else n_warmup)
+        log_s, at_bound = out.adapt
+        scale = math.exp(log_s)
+        extra: dict[str, Any] = {
+            "proposal_scale": scale,
+            "mean_data_fraction": (float(out.stats["data_fraction"].mean()) if out.n_done
+                                   else math.nan),
+            "proposal_scale_at_bound": bool(at_bound)}
+        if at_bound:
+            extra["warning"] = _SCALE_BOUND_MESSAGE.format(
+                low=math.exp(log_s0 + _LOG_SCALE_RANGE[0]),
+                high=math.exp(log_s0 + _LOG_SCALE_RANGE[1]))
+        return out.result(
+            n_draws, step_size=scale, n_integration_steps=1,
             inverse_mass_matrix=metric.inverse_mass_matrix, theta_star=ex.theta_star,
             subsample_size=int(self._rows_per_decision(posterior)), n_refinements=0,
-            extra={"proposal_scale": math.exp(log_s),
-                   "mean_data_fraction": (float(stats["data_fraction"].mean()) if n_done
-                                          else math.nan),
-                   "proposal_scale_at_bound": bool(at_bound),
-                   **({"warning": _SCALE_BOUND_MESSAGE.format(
-                       low=math.exp(log_s0 + _LOG_SCALE_RANGE[0]),
-                       high=math.exp(log_s0 + _LOG_SCALE_RANGE[1]))} if at_bound else {})},
-            wall_time_warmup=t1 - t0, wall_time_sampling=t2 - t1,
-            interrupted=n_done < n_draws or not warm_complete,
-            resume={"state": state, "log_scale": log_s} if warm_complete else None,
-        )
+            extra=extra,
+            resume={"state": out.state, "log_scale": log_s} if out.warmup_complete else None)
+
+
+class _MHAdapt(NamedTuple):
+    """Warm-up adaptation of the proposal scale."""
+
+    log_scale: float
+    #: True once the recursion hit a bound of ``_LOG_SCALE_RANGE``.
+    at_bound: bool
+
+
+class _MHInfo(NamedTuple):
+    """One MH decision (exact or austerity), as the driver stacks it."""
+
+    #: Stored as ``acceptance_rate`` (1.0 or 0.0).
+    is_accepted: bool
+    n_obs_evaluated: int
+    data_fraction: float
+
+
+class _MHChain(ChainDefaults):
+    """Random-walk (or SGLD-proposal) MH as a :class:`._driver.Chain`.
+
+    Warm-up: a Robbins-Monro recursion on ``log s`` towards the target
+    acceptance rate, clipped to ``_LOG_SCALE_RANGE`` around its start.
+    """
+
+    stats = _STATS
+    renames = {"is_accepted": "acceptance_rate"}
+
+    def __init__(self, transition, cov_chol, adapt, log_s0, target_accept):
+        self.transition = transition
+        self.cov_chol = cov_chol
+        self.adapt = adapt
+        self.low, self.high = log_s0 + _LOG_SCALE_RANGE[0], log_s0 + _LOG_SCALE_RANGE[1]
+        self.target_accept = target_accept
+
+    def step(self, rng, state, scale):
+        return self.transition(rng, state, scale, self.cov_chol)
+
+    @staticmethod
+    def warmup_params(adapt):
+        return math.exp(adapt.log_scale)
+
+    display_step_size = warmup_params
+
+    @staticmethod
+    def draw_stats(state, scale):
+        return {"step_size": scale, "n_steps": 1}
+
+    def update(self, rng, adapt, iteration, state, info):
+        if not self.adapt:
+            return adapt, state, 0
+        log_s = adapt.log_scale + (float(info.is_accepted) - self.target_accept) / (
+            iteration + 1) ** 0.6
+        # The Laplace covariance at the mode fixes the shape; a scale far from
+        # 2.38/sqrt(d) means the posterior is nothing like it (e.g. separable
+        # data, a flat direction), and an unbounded recursion would run the
+        # proposal to 0 or to overflow.
+        clipped = min(max(log_s, self.low), self.high)
+        return _MHAdapt(clipped, adapt.at_bound or clipped != log_s), state, 0
 
 
 class RandomWalkMH(_MHFamily):
@@ -236,8 +265,8 @@ class RandomWalkMH(_MHFamily):
             lp = posterior.logprior(proposal)
             new = posterior.full_loglik(proposal) + lp if np.isfinite(lp) else -np.inf
             if np.log(rng.random()) < new - state.logpost:
-                return _RWState(proposal, new), True, n, 1.0
-            return state, False, n, 1.0
+                return _RWState(proposal, new), _MHInfo(True, n, 1.0)
+            return state, _MHInfo(False, n, 1.0)
 
         return self._run(rng, posterior, prepared, n_warmup, n_draws, transition, callback,
                          stop, resume)
@@ -381,14 +410,12 @@ class AusterityMH(_MHFamily):
 
             def transition(rng, state, scale, cov_chol):
                 params = austerity.AusterityParams(cov_chol, m, eps, cv)
-                new, info = austerity.step_sgld(rng, state, posterior, grad_est, params,
-                                                scale * scale, precision, covariance)
-                return new, info.is_accepted, info.n_obs_evaluated, info.data_fraction
+                return austerity.step_sgld(rng, state, posterior, grad_est, params,
+                                           scale * scale, precision, covariance)
         else:
             def transition(rng, state, scale, cov_chol):
                 params = austerity.AusterityParams(scale * cov_chol, m, eps, cv)
-                new, info = austerity.step(rng, state, posterior, params)
-                return new, info.is_accepted, info.n_obs_evaluated, info.data_fraction
+                return austerity.step(rng, state, posterior, params)
 
         return self._run(rng, posterior, prepared, n_warmup, n_draws, transition, callback,
                          stop, resume)

@@ -73,7 +73,7 @@ from __future__ import annotations
 
 import math
 import time
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 from scipy import linalg
@@ -85,15 +85,17 @@ from ._base import (
     check_positive_float,
     check_positive_int,
     check_rows,
-    stop_requested,
 )
+from ._driver import BASE_STATS, ChainDefaults, run
 from ._hmc_family import _laplace_offset, prepare_at_full_data_mode
 from .metric import metric_from_mass_matrix
 
+if TYPE_CHECKING:
+    from ._typing import BouncyPosterior
+
 __all__ = ["BPS", "SBPS", "pSBPS"]
 
-_STATS = ("acceptance_rate", "diverging", "energy", "energy_error", "lp", "step_size",
-          "n_steps", "n_obs_evaluated", "bounces", "refreshes", "proposals", "violations")
+_STATS = BASE_STATS + ("bounces", "refreshes", "proposals", "violations")
 
 #: ``beta`` and ``epsilon`` of the pSBPS preconditioner, eqs. (17)-(18) (§5, Fig. 3).
 PRECONDITIONER_DECAY = 0.99
@@ -284,6 +286,9 @@ class _Recorder:
 class _PDMPFamily(SamplerConfig):
     """Shared preparation and chain driver of BPS and SBPS."""
 
+    max_steps_per_draw: int
+    max_stored_events: int
+
     _default_refresh_factor = 1.0
 
     def _prepare_reference(self, rng, posterior):
@@ -362,146 +367,43 @@ class _PDMPFamily(SamplerConfig):
         position = expansion.theta_star + _laplace_offset(rng, metric)
         return position, bps.sample_velocity(rng, len(position))
 
-    def _drive(self, rng, posterior, prepared, n_warmup, n_draws, kernel, callback=None,
-               stop=None, resume=None):
+    def _drive(self, rng: np.random.Generator, posterior: BouncyPosterior, prepared,
+               n_warmup: int, n_draws: int, kernel, callback=None, stop=None,
+               resume=None) -> ChainResult:
         """Run ``kernel`` (an object with ``step``/``velocity``/``position``) on the grid.
 
-        With ``resume`` (a post-warm-up stop point of an earlier run) the
-        trajectory, the grid, the moment sums and the event list continue
-        where that run stopped, so the draws are those of one longer run.
+        The driver's iterations are draw intervals: warm-up iteration ``k``
+        moves the particle past time ``(k + 1) * interval``, draw ``i`` past
+        the next grid time (:class:`_PDMPChain`).  With ``resume`` (a
+        post-warm-up stop point of an earlier run) the trajectory, the grid,
+        the moment sums and the event list continue where that run stopped,
+        so the draws are those of one longer run.
         """
         t_clock = time.perf_counter()
         expansion = prepared.expansion
         tau, interval, refresh = self._scales(expansion)
-        stats = {name: np.zeros(n_draws) for name in _STATS}
-        for name in ("energy", "energy_error", "lp"):
-            stats[name][:] = np.nan
-        stats["diverging"] = np.zeros(n_draws, dtype=bool)
-        stats["step_size"][:] = interval
-        n_eval_samp = 0
         if resume is None:
             kernel.setup(rng, expansion, refresh)
-            bounds = _Bounds(type(self).__name__, expansion.neg_hessian, expansion.theta_star,
-                             interval, self.max_steps_per_draw)
-            t_warm_end = n_warmup * interval
-            rec = _Recorder(posterior.dim, t_warm_end, interval, n_draws,
-                            int(self.max_stored_events))
-            n_eval_warm = kernel.n_obs_evaluated_init
-            t = 0.0
-            line_x, line_u, line_t = kernel.position.copy(), kernel.velocity_w.copy(), 0.0
-            if n_warmup == 0:
-                rec.event(0.0, line_x, line_u, 0)
-            n_bad = 0
-            acc = dict(steps=0, bounces=0, refreshes=0, proposals=0, violations=0, evals=0,
-                       div=False)
-            totals = dict(bounces=0, refreshes=0, proposals=0, violations=0, observe=0,
-                          numerical_errors=0)
-            warm_done = n_warmup == 0
-            if warm_done:
-                kernel.freeze()
+            traj = _Trajectory(self, kernel, expansion, interval, n_warmup, n_draws,
+                               posterior.dim)
+            n_eval_init = kernel.n_obs_evaluated_init
         else:
-            kernel = resume["kernel"]
-            kernel.target = kernel.make_target(posterior, expansion)
-            bounds = resume["bounds"]
-            rec = resume["recorder"]
-            rec.extend(n_draws)
-            t_warm_end, t, n_bad = rec.t_start, resume["t"], resume["n_bad"]
-            line_x, line_u, line_t = resume["line"]
-            acc, totals = dict(resume["acc"]), dict(resume["totals"])
-            n_eval_warm, warm_done = 0, True
-            if resume["pending_event"] is not None:
-                x_p, u_p, t_p, t_event, kind = resume["pending_event"]
-                t_old_end = rec.t_start + rec.offset * interval
-                rec.line(x_p + (t_old_end - t_p) * u_p, u_p, t_old_end, t_event)
-                rec.event(t_event, line_x, line_u, kind)
-        t_warm_clock = time.perf_counter() if warm_done else None
-        pending_event = None
-        while rec.n_done < n_draws:
-            if stop_requested(stop):
-                break
-            x0, u0 = kernel.position, kernel.velocity_w
-            info = kernel.step(rng)
-            t1 = t + info.duration
-            # Grid draws on this segment: they belong to intervals before this
-            # step's evaluations (which happen at the segment's end).
-            if t1 >= rec.next_grid_time():
-                emitted_from = rec.n_done
-                rec.grid(x0, u0, t, t1)
-                for j in range(emitted_from, rec.n_done):
-                    for name in ("bounces", "refreshes", "proposals", "violations"):
-                        stats[name][j] = acc[name]
-                    stats["n_steps"][j] = acc["steps"]
-                    stats["n_obs_evaluated"][j] = acc["evals"]
-                    stats["diverging"][j] = acc["div"]
-                    stats["acceptance_rate"][j] = (acc["bounces"] / acc["proposals"]
-                                                   if acc["proposals"] else 1.0)
-                    acc = dict(steps=0, bounces=0, refreshes=0, proposals=0, violations=0,
-                               evals=0, div=False)
-            if not warm_done and t1 >= t_warm_end:
-                warm_done = True
-                rec.event(t_warm_end, x0 + (t_warm_end - t) * u0, u0, 0)
-                kernel.freeze()
-                t_warm_clock = time.perf_counter()
-                if not np.array_equal(kernel.velocity_w, line_u):
-                    # pSBPS: the frozen preconditioner changes u = A v from here on.
-                    rec.line(line_x, line_u, line_t, t1)
-                    line_x, line_u, line_t = (kernel.position.copy(),
-                                              kernel.velocity_w.copy(), t1)
-            if info.is_divergent:
-                n_bad += 1
-                if n_bad > _MAX_CONSECUTIVE_ERRORS:
-                    raise ValueError(
-                        f"{type(self).__name__}: {n_bad} consecutive non-finite gradient "
-                        "estimates; the trajectory left the region where the model can be "
-                        "evaluated. Check the data for extreme values or use a tighter "
-                        "prior_scale.")
-            else:
-                n_bad = 0
-            bounds.check(t1, kernel.position)
-            in_sampling = t1 >= t_warm_end
-            if in_sampling:
-                n_eval_samp += info.n_obs_evaluated
-                acc["steps"] += 1
-                acc["evals"] += info.n_obs_evaluated
-                acc["proposals"] += int(info.proposed)
-                acc["bounces"] += int(info.event == bps.BOUNCE)
-                acc["refreshes"] += int(info.event == bps.REFRESH)
-                acc["violations"] += int(getattr(info, "violation", False))
-                acc["div"] |= bool(info.is_divergent)
-                totals["proposals"] += int(info.proposed)
-                totals["bounces"] += int(info.event == bps.BOUNCE)
-                totals["refreshes"] += int(info.event == bps.REFRESH)
-                totals["violations"] += int(getattr(info, "violation", False))
-                totals["observe"] += int(info.event == sbps.OBSERVE)
-                totals["numerical_errors"] += int(info.is_divergent)
-            else:
-                n_eval_warm += info.n_obs_evaluated
-            if info.event in (bps.BOUNCE, bps.REFRESH) or info.is_divergent:
-                rec.line(line_x, line_u, line_t, t1)
-                if t1 > rec.t_end:
-                    # Past the end of the grid: a continued run records the rest
-                    # of this segment and the event.
-                    pending_event = (line_x, line_u, line_t, t1, int(info.event))
-                line_x, line_u, line_t = kernel.position.copy(), kernel.velocity_w.copy(), t1
-                rec.event(t1, line_x, line_u, int(info.event))
-            t = t1
-            if callback is not None:
-                callback(n_warmup + rec.n_done if warm_done
-                         else min(int(t1 / interval), n_warmup), info.is_divergent, interval)
-        n_done = rec.n_done
-        interrupted = n_done < n_draws
-        resumable = warm_done
-        if interrupted:
-            rec.draws = rec.draws[:n_done].copy()
-            stats = {name: value[:n_done].copy() for name, value in stats.items()}
-        if resumable:
+            traj = _Trajectory.resumed(resume, posterior, expansion, interval, n_draws)
+            n_eval_init = 0
+        out = run(_PDMPChain(traj, interval), rng, traj, 0, n_warmup, n_draws, posterior.dim,
+                  callback=callback, stop=stop, warm_up=resume is None,
+                  n_done_before=0 if resume is not None else n_warmup, t_start=t_clock)
+        kernel, rec, acc, totals = traj.kernel, traj.rec, traj.acc, traj.totals
+        n_done = out.n_done
+        stats = out.stats
+        if traj.warm_done and out.warmup_complete:
             # The state before the overshoot is charged and the last line is
             # flushed below: a continued run charges and flushes them itself.
             kernel.target = None
-            resume = {"kernel": kernel, "bounds": bounds,
-                      "recorder": _Recorder.__new__(_Recorder), "t": t,
-                      "n_bad": n_bad, "line": (line_x, line_u, line_t), "acc": dict(acc),
-                      "totals": dict(totals), "pending_event": pending_event,
+            resume = {"kernel": kernel, "bounds": traj.bounds,
+                      "recorder": _Recorder.__new__(_Recorder), "t": traj.t,
+                      "n_bad": traj.n_bad, "line": traj.line, "acc": dict(acc),
+                      "totals": dict(totals), "pending_event": traj.pending_event,
                       "stats_correction": {"n_obs_evaluated": acc["evals"] if n_done else 0}}
             vars(resume["recorder"]).update(vars(rec), draws=None,
                                             sum1=rec.sum1.copy(), sum2=rec.sum2.copy(),
@@ -512,10 +414,7 @@ class _PDMPFamily(SamplerConfig):
         # Overshoot of the last step: its evaluations are charged to the last draw.
         if n_done:
             stats["n_obs_evaluated"][n_done - 1] += acc["evals"]
-        rec.line(line_x, line_u, line_t, t)
-        t_end_clock = time.perf_counter()
-        if t_warm_clock is None:
-            t_warm_clock = t_end_clock
+        rec.line(*traj.line, traj.t)
         if rec.total > 0:
             mean, cov = rec.moments()
         else:
@@ -544,16 +443,223 @@ class _PDMPFamily(SamplerConfig):
             extra["n_observations_only"] = totals["observe"]
         precond = kernel.preconditioner
         inv_metric = precond @ precond.T if precond.ndim == 2 else precond ** 2
-        return ChainResult(
-            draws=rec.draws, stats=stats, n_obs_evaluated_warmup=int(n_eval_warm),
-            n_obs_evaluated_sampling=int(n_eval_samp), n_divergent_warmup=0,
-            step_size=float(interval),
+        out = out._replace(
+            n_obs_evaluated_warmup=out.n_obs_evaluated_warmup + n_eval_init,
+            n_obs_evaluated_sampling=out.n_obs_evaluated_sampling + traj.carry)
+        return out.result(
+            n_draws, step_size=float(interval),
             n_integration_steps=int(round(float(np.mean(stats["n_steps"])))) if n_done else 0,
             inverse_mass_matrix=inv_metric,
             theta_star=np.asarray(expansion.theta_star),
             subsample_size=int(kernel.subsample_size), n_refinements=0, extra=extra,
-            wall_time_warmup=t_warm_clock - t_clock, wall_time_sampling=t_end_clock - t_warm_clock,
-            interrupted=interrupted, resume=resume)
+            resume=resume)
+
+
+def _zero_acc():
+    return dict(steps=0, bounces=0, refreshes=0, proposals=0, violations=0, evals=0, div=False)
+
+
+class _Trajectory:
+    """The state of a PDMP chain between driver iterations.
+
+    Mutable, as the kernel holders are (pSBPS adapts its preconditioner inside
+    ``step``): the particle (``kernel``), the trajectory time ``t`` reached,
+    the current straight line ``(x, u, t0)`` of the moment sums, the recorder,
+    the per-draw accumulator ``acc`` and the run totals.  Kernel steps
+    (:meth:`advance`) emit grid draws into ``queue``; evaluations are split by
+    trajectory time into warm-up and sampling as they happen.
+    """
+
+    def __init__(self, config, kernel, expansion, interval, n_warmup, n_draws, dim):
+        self.config = config
+        self.kernel = kernel
+        self.bounds = _Bounds(type(config).__name__, expansion.neg_hessian,
+                              expansion.theta_star, interval, config.max_steps_per_draw)
+        self.t_warm_end = n_warmup * interval
+        self.rec = _Recorder(dim, self.t_warm_end, interval, n_draws,
+                             int(config.max_stored_events))
+        self.t = 0.0
+        self.line = (kernel.position.copy(), kernel.velocity_w.copy(), 0.0)
+        if n_warmup == 0:
+            self.rec.event(0.0, self.line[0], self.line[1], 0)
+        self.n_bad = 0
+        self.acc = _zero_acc()
+        self.totals = dict(bounces=0, refreshes=0, proposals=0, violations=0, observe=0,
+                           numerical_errors=0)
+        self.warm_done = n_warmup == 0
+        if self.warm_done:
+            kernel.freeze()
+        self.pending_event = None
+        self._init_common(n_draws)
+
+    def _init_common(self, n_draws):
+        self.n_draws = n_draws
+        self.queue = []
+        self.warm_evals = self.samp_evals = 0
+        #: Sampling evaluations made during the driver's warm-up (the step
+        #: that crosses the end of warm-up), charged to the first draw call.
+        self.carry = 0
+        self.draw = None
+
+    @classmethod
+    def resumed(cls, resume, posterior, expansion, interval, n_draws):
+        self = cls.__new__(cls)
+        self.kernel = resume["kernel"]
+        self.kernel.target = self.kernel.make_target(posterior, expansion)
+        self.config = self.kernel.config
+        self.bounds = resume["bounds"]
+        self.rec = rec = resume["recorder"]
+        rec.extend(n_draws)
+        self.t_warm_end, self.t, self.n_bad = rec.t_start, resume["t"], resume["n_bad"]
+        self.line = resume["line"]
+        self.acc, self.totals = dict(resume["acc"]), dict(resume["totals"])
+        self.warm_done = True
+        self.pending_event = None
+        if resume["pending_event"] is not None:
+            x_p, u_p, t_p, t_event, kind = resume["pending_event"]
+            t_old_end = rec.t_start + rec.offset * interval
+            rec.line(x_p + (t_old_end - t_p) * u_p, u_p, t_old_end, t_event)
+            rec.event(t_event, self.line[0], self.line[1], kind)
+        self._init_common(n_draws)
+        return self
+
+    def advance(self, rng):
+        """One kernel step: grid draws on its segment, warm-up end, accounting, events."""
+        kernel, rec, acc, totals = self.kernel, self.rec, self.acc, self.totals
+        t = self.t
+        x0, u0 = kernel.position, kernel.velocity_w
+        info = kernel.step(rng)
+        t1 = t + info.duration
+        # Grid draws on this segment: they belong to intervals before this
+        # step's evaluations (which happen at the segment's end).
+        if t1 >= rec.next_grid_time():
+            emitted_from = rec.n_done
+            rec.grid(x0, u0, t, t1)
+            for j in range(emitted_from, rec.n_done):
+                self.queue.append((j, acc))
+                acc = _zero_acc()
+        if not self.warm_done and t1 >= self.t_warm_end:
+            self.warm_done = True
+            rec.event(self.t_warm_end, x0 + (self.t_warm_end - t) * u0, u0, 0)
+            kernel.freeze()
+            if not np.array_equal(kernel.velocity_w, self.line[1]):
+                # pSBPS: the frozen preconditioner changes u = A v from here on.
+                rec.line(*self.line, t1)
+                self.line = (kernel.position.copy(), kernel.velocity_w.copy(), t1)
+        if info.is_divergent:
+            self.n_bad += 1
+            if self.n_bad > _MAX_CONSECUTIVE_ERRORS:
+                raise ValueError(
+                    f"{type(self.config).__name__}: {self.n_bad} consecutive non-finite "
+                    "gradient estimates; the trajectory left the region where the model can "
+                    "be evaluated. Check the data for extreme values or use a tighter "
+                    "prior_scale.")
+        else:
+            self.n_bad = 0
+        self.bounds.check(t1, kernel.position)
+        if t1 >= self.t_warm_end:
+            self.samp_evals += info.n_obs_evaluated
+            counts = {"proposals": int(info.proposed),
+                      "bounces": int(info.event == bps.BOUNCE),
+                      "refreshes": int(info.event == bps.REFRESH),
+                      "violations": int(getattr(info, "violation", False))}
+            for name, value in counts.items():
+                acc[name] += value
+                totals[name] += value
+            acc["steps"] += 1
+            acc["evals"] += info.n_obs_evaluated
+            acc["div"] |= bool(info.is_divergent)
+            totals["observe"] += int(info.event == sbps.OBSERVE)
+            totals["numerical_errors"] += int(info.is_divergent)
+        else:
+            self.warm_evals += info.n_obs_evaluated
+        if info.event in (bps.BOUNCE, bps.REFRESH) or info.is_divergent:
+            rec.line(*self.line, t1)
+            if t1 > rec.t_end:
+                # Past the end of the grid: a continued run records the rest
+                # of this segment and the event.
+                self.pending_event = (*self.line, t1, int(info.event))
+            self.line = (kernel.position.copy(), kernel.velocity_w.copy(), t1)
+            rec.event(t1, self.line[0], self.line[1], int(info.event))
+        self.t = t1
+        self.acc = acc
+
+
+class _GridInfo(NamedTuple):
+    """One driver iteration of a PDMP chain: a draw interval (warm-up or draw)."""
+
+    #: Per-draw statistics of the draw (zero for warm-up iterations).
+    acceptance_rate: float = 1.0
+    is_divergent: bool = False
+    n_integration_steps: int = 0
+    bounces: int = 0
+    refreshes: int = 0
+    proposals: int = 0
+    violations: int = 0
+    #: Evaluations charged to this draw (stats ``n_obs_evaluated``): those of
+    #: the steps since the previous draw, excluding the step that emitted it.
+    draw_n_obs_evaluated: int = 0
+    #: Evaluations made in this iteration, for the warm-up/sampling totals.
+    n_obs_evaluated: int = 0
+
+
+class _PDMPChain(ChainDefaults):
+    """BPS, SBPS and pSBPS as a :class:`._driver.Chain` (iterations are draw intervals).
+
+    Warm-up iteration ``k`` moves the particle past ``(k + 1) * interval``;
+    draw ``i`` runs kernel steps until the grid has the next draw (a long
+    segment can carry several).  The warm-up adaptation (pSBPS's
+    preconditioner) happens inside the kernel holder and is frozen when the
+    trajectory crosses the end of warm-up, so ``adapt`` is just the number of
+    warm-up iterations done.
+    """
+
+    stats = _STATS
+    renames = {"draw_n_obs_evaluated": "n_obs_evaluated",
+               "n_obs_evaluated": "total_n_obs_evaluated"}
+
+    def __init__(self, traj, interval):
+        self.traj = traj
+        self.interval = interval
+
+    def step(self, rng, traj, target_time):
+        traj.warm_evals = traj.samp_evals = 0
+        if target_time is not None:  # warm-up
+            while traj.t < target_time and traj.rec.n_done < traj.n_draws:
+                traj.advance(rng)
+            traj.carry += traj.samp_evals
+            return traj, _GridInfo(n_obs_evaluated=traj.warm_evals)
+        while not traj.queue:
+            traj.advance(rng)
+        j, acc = traj.queue.pop(0)
+        traj.draw = traj.rec.draws[j]
+        n = traj.samp_evals + traj.warm_evals + traj.carry
+        traj.carry = 0
+        return traj, _GridInfo(
+            acc["bounces"] / acc["proposals"] if acc["proposals"] else 1.0, acc["div"],
+            acc["steps"], acc["bounces"], acc["refreshes"], acc["proposals"],
+            acc["violations"], acc["evals"], n)
+
+    @staticmethod
+    def position(traj):
+        return traj.draw
+
+    def warmup_params(self, adapt):
+        return (adapt + 1) * self.interval
+
+    @staticmethod
+    def draw_params(adapt, i):
+        return None
+
+    @staticmethod
+    def update(rng, adapt, iteration, state, info):
+        return adapt + 1, state, 0
+
+    def display_step_size(self, adapt):
+        return self.interval
+
+    def draw_stats(self, state, params):
+        return {"step_size": self.interval}
 
 
 class _BPSKernel:

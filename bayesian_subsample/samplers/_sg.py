@@ -64,9 +64,11 @@ Hamiltonian Monte Carlo with energy conserving subsampling. JMLR 20(100),
 
 from __future__ import annotations
 
+import copy
 import math
 import time
 import warnings
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 from scipy import linalg
@@ -74,21 +76,24 @@ from scipy import linalg
 from . import sghmc, sgld
 from ._base import (
     ChainResult,
+    Prepared,
     SamplerConfig,
     check_positive_float,
     check_positive_int,
     check_rows,
-    stop_requested,
 )
+from ._driver import BASE_STATS, ChainDefaults, run
 from ._hmc_family import _HMCFamily
-from .adaptation import refinement_schedule
+from .adaptation import refine_reference, refinement_schedule
 from .chebyshev import eigenvalue_range
 from .metric import Metric, metric_from_mass_matrix, sample_momentum
 
+if TYPE_CHECKING:
+    from ._sg_typing import GradientPosterior
+
 __all__ = ["SGLD", "SGHMC"]
 
-_SG_STATS = ("acceptance_rate", "diverging", "energy", "energy_error", "lp", "step_size",
-             "n_steps", "n_obs_evaluated")
+_SG_STATS = BASE_STATS
 
 #: ``c`` of the default step sizes (module notes).
 SGLD_STEP_FACTOR = 0.2
@@ -280,157 +285,162 @@ class _SGFamily(SamplerConfig):
                 "larger subsample_size.", UserWarning, stacklevel=3)
 
     # -------------------------------------------------------------- driver
-    def run_chain(self, rng, posterior, prepared, n_warmup, n_draws, callback=None, stop=None,
-                  resume=None):
-        if resume is not None:
-            # Continue from the kernel (state and tuning) and theta* of ``resume``;
-            # the gradient estimator holds the data, so it is rebuilt around it.
-            t_start = time.perf_counter()
-            expansion, kernel = resume["expansion"], resume["kernel"]
-            estimator = self._estimator(posterior, expansion)
-            return self._sample_phase(rng, posterior, n_draws, stop, t_start, t_start, 0, 0,
-                                      resume["n_refinements"], expansion, kernel, estimator,
-                                      dict(resume["extra"]), True, callback, 0)
-        t_start = time.perf_counter()
-        expansion = prepared.expansion
-        metric = self._metric(expansion)
-        eps, _ = self._step(expansion, metric)
-        estimator = self._estimator(posterior, expansion)
-        hess_metric = metric_from_mass_matrix(expansion.neg_hessian, True)
-        position = expansion.theta_star + sgld.sample_inverse_metric(rng, hess_metric)
-        in_support = getattr(estimator, "in_support", None)
-        if in_support is not None and not in_support(position):
-            # A wide Laplace draw can leave the support (sigma <= 0): start at
-            # the mode instead, which every update then keeps inside it.
-            position = np.array(expansion.theta_star, dtype=float)
-        kernel = self._make_kernel(rng, position, metric, eps)
+    def _new_kernel(self, rng, position, expansion, metric, eps, hess_metric):
+        """A kernel for step size ``eps`` with its move guard, and its state at ``position``."""
+        kernel, state = self._make_kernel(rng, position, metric, eps)
         kernel.guard = _MoveGuard(hess_metric, self._max_move(expansion, metric, eps, kernel))
-        n_skipped = 0
+        return kernel, state
 
-        schedule = set(refinement_schedule(n_warmup))
-        centre_draws = np.inf
-        window = []
-        n_eval_warm = n_div_warm = n_refinements = 0
-        n_stuck = n_restarts = 0
-        seen = [expansion.neg_hessian]  # negative Hessians at every theta* so far
-        warm_complete = True
-        for it in range(n_warmup):
-            if stop_requested(stop):
-                warm_complete = False
-                break
-            info = kernel.step(rng, estimator)
-            n_eval_warm += info.n_obs_evaluated
-            n_div_warm += int(info.is_divergent)
-            if callback is not None:
-                callback(it + 1, info.is_divergent, kernel.step_size)
-            n_stuck = n_stuck + 1 if info.is_divergent else 0
-            if n_stuck == _MAX_STUCK and n_restarts == 0:
-                # Every update from the start diverged: the random start (a
-                # Laplace draw around theta*) is where the curvature is far
-                # above the one the step size was set for.  Restart at theta*
-                # once, with a fresh kernel.
-                n_restarts, n_stuck = 1, 0
-                kernel = self._make_kernel(rng, expansion.theta_star, metric, eps)
-                kernel.guard = _MoveGuard(hess_metric,
-                                          self._max_move(expansion, metric, eps, kernel))
-                window = []
-            window.append(kernel.position)
-            if it + 1 in schedule:
-                # As for HMC (see _hmc_family): refresh theta* and M (one full
-                # pass) when the recent draws' mean is more than about one
-                # posterior sd from theta*, discounting the noise of the two
-                # window means for the draws' autocorrelation.
-                recent = np.asarray(window[len(window) // 2:])
-                centre = recent.mean(axis=0)
-                delta = centre - expansion.theta_star
-                dist2 = float(delta @ expansion.neg_hessian @ delta)
-                ineff = kernel.inefficiency
-                noise = ineff * posterior.dim * (1.0 / len(recent) + 1.0 / centre_draws)
-                if dist2 - noise > 1.0:
-                    candidate = posterior.expand(centre, 2)
-                    n_eval_warm += candidate.n_obs_evaluated
-                    if not _finite_expansion(candidate):
-                        # The log posterior overflows at the draws' mean (e.g. a
-                        # Poisson rate exp(eta) beyond 1e308): keep theta*.
-                        n_skipped += 1
-                        continue
-                    expansion = candidate
-                    centre_draws = len(recent)
-                    n_refinements += 1
-                    # The control variates move to the new theta*; the mass
-                    # matrix stays the one of the first theta*, and the step
-                    # size respects the largest curvature at any theta* so far.
-                    # (On a posterior whose curvature varies, a metric from a
-                    # flatter region with a step for the stiffest one would
-                    # freeze the chain; on tall data the Hessian hardly varies
-                    # and nothing changes.)
-                    seen.append(expansion.neg_hessian)
-                    eps, _ = self._step(expansion, metric, seen[:-1])
-                    estimator = estimator.recentre(expansion)
-                    kernel = self._make_kernel(rng, kernel.position, metric, eps)
-                    kernel.guard = _MoveGuard(hess_metric,
-                                              self._max_move(expansion, metric, eps, kernel))
-                    window = []
-        extra = {"skipped_refinements": n_skipped, "restarted_at_reference": bool(n_restarts)}
-        if warm_complete:
-            n_eval_warm += kernel.finish_warmup(rng, estimator, window, extra)
-        extra.update(getattr(self, "_bias_report", {}))
-        return self._sample_phase(rng, posterior, n_draws if warm_complete else 0, stop,
-                                  t_start, time.perf_counter(), n_eval_warm, n_div_warm,
-                                  n_refinements, expansion, kernel, estimator, extra,
-                                  warm_complete, callback, n_warmup)
-
-    def _sample_phase(self, rng, posterior, n_draws, stop, t_start, t_warm, n_eval_warm,
-                      n_div_warm, n_refinements, expansion, kernel, estimator, extra,
-                      resumable, callback, n_done_before):
-        """Post-warm-up draws; the kernel object carries the chain state and tuning.
-
-        Nothing here depends on ``n_draws`` (a fixed step size, no schedule), so
-        a chain continued from its ``resume`` draws what one longer run draws.
-        """
-        dim = posterior.dim
-        draws = np.empty((n_draws, dim))
-        stats = {name: np.full(n_draws, np.nan) for name in _SG_STATS}
-        stats["diverging"] = np.zeros(n_draws, dtype=bool)
-        n_eval_samp = 0
-        n_done = 0
-        for it in range(n_draws):
-            if stop_requested(stop):
-                break
-            info = kernel.step(rng, estimator)
-            draws[it] = kernel.position
-            n_eval_samp += info.n_obs_evaluated
-            stats["acceptance_rate"][it] = 0.0 if info.is_divergent else 1.0
-            stats["diverging"][it] = info.is_divergent
-            stats["step_size"][it] = kernel.step_size
-            stats["n_steps"][it] = info.n_steps
-            stats["n_obs_evaluated"][it] = info.n_obs_evaluated
-            if callback is not None:
-                callback(n_done_before + it + 1, info.is_divergent, kernel.step_size)
-            n_done = it + 1
-        t_end = time.perf_counter()
-        if n_done < n_draws:
-            draws = draws[:n_done].copy()
-            stats = {name: value[:n_done].copy() for name, value in stats.items()}
-        metric = kernel.metric
-        resume = None
-        if resumable:
-            resume = {"kernel": kernel, "expansion": expansion, "n_refinements": n_refinements,
-                      "extra": extra}
-        return ChainResult(
-            draws=draws, stats=stats, n_obs_evaluated_warmup=int(n_eval_warm),
-            n_obs_evaluated_sampling=int(n_eval_samp), n_divergent_warmup=int(n_div_warm),
-            step_size=float(kernel.step_size), n_integration_steps=int(kernel.n_steps),
-            inverse_mass_matrix=metric.inverse_mass_matrix,
-            theta_star=np.asarray(expansion.theta_star),
-            subsample_size=int(estimator.subsample_size), n_refinements=n_refinements,
-            extra=extra, wall_time_warmup=t_warm - t_start, wall_time_sampling=t_end - t_warm,
-            interrupted=n_done < n_draws or not resumable, resume=resume)
+    def run_chain(self, rng: np.random.Generator, posterior: GradientPosterior,
+                  prepared: Prepared, n_warmup: int, n_draws: int, callback=None, stop=None,
+                  resume=None) -> ChainResult:
+        """One chain on the driver; nothing after warm-up depends on ``n_draws`` (a
+        fixed step size, no schedule), so a continued chain draws what one longer
+        run draws."""
+        if resume is not None:
+            # Continue from the kernel, state and theta* of ``resume``; the
+            # gradient estimator holds the data, so it is rebuilt around theta*.
+            t_start, expansion, state = None, resume["expansion"], resume["state"]
+            adapt = _SGAdapt(resume["kernel"], self._estimator(posterior, expansion), expansion,
+                             [], np.inf, resume["n_refinements"], extra=dict(resume["extra"]))
+            chain = _SGChain(self, posterior, None, None, 0)
+        else:
+            t_start = time.perf_counter()
+            expansion = prepared.expansion
+            metric = self._metric(expansion)
+            eps, _ = self._step(expansion, metric)
+            estimator = self._estimator(posterior, expansion)
+            hess_metric = metric_from_mass_matrix(expansion.neg_hessian, True)
+            position = expansion.theta_star + sgld.sample_inverse_metric(rng, hess_metric)
+            in_support = getattr(estimator, "in_support", None)
+            if in_support is not None and not in_support(position):
+                # A wide Laplace draw can leave the support (sigma <= 0): start at
+                # the mode instead, which every update then keeps inside it.
+                position = np.array(expansion.theta_star, dtype=float)
+            kernel, state = self._new_kernel(rng, position, expansion, metric, eps, hess_metric)
+            adapt = _SGAdapt(kernel, estimator, expansion, [], np.inf, 0,
+                             seen=(expansion.neg_hessian,))
+            chain = _SGChain(self, posterior, metric, hess_metric, n_warmup)
+        out = run(chain, rng, state, adapt, n_warmup, n_draws, posterior.dim, callback=callback,
+                  stop=stop, warm_up=resume is None,
+                  n_done_before=0 if resume is not None else n_warmup, t_start=t_start)
+        a = out.adapt
+        kernel = a.kernel
+        return out.result(
+            n_draws, step_size=float(kernel.step_size), n_integration_steps=int(kernel.n_steps),
+            inverse_mass_matrix=kernel.metric.inverse_mass_matrix,
+            theta_star=np.asarray(a.expansion.theta_star),
+            subsample_size=int(a.estimator.subsample_size), n_refinements=a.n_refinements,
+            extra=a.extra,
+            resume=({"kernel": kernel, "state": out.state, "expansion": a.expansion,
+                     "n_refinements": a.n_refinements, "extra": a.extra}
+                    if out.warmup_complete else None))
 
 
-def _finite_expansion(expansion):
-    return bool(np.isfinite(expansion.loglik) and np.all(np.isfinite(expansion.grad))
-                and np.all(np.isfinite(expansion.neg_hessian)))
+class _SGAdapt(NamedTuple):
+    """Warm-up adaptation state of the SG samplers (frozen after warm-up)."""
+
+    #: ``_SGLDKernel`` or ``_SGHMCKernel``: step size, metric and move guard.
+    kernel: object
+    #: The gradient estimator (its control variates follow theta*).
+    estimator: object
+    expansion: object
+    #: Warm-up positions since the last refresh or restart (append-only buffer).
+    window: list
+    centre_draws: float
+    n_refinements: int
+    n_skipped: int = 0
+    #: Consecutive divergent warm-up updates, and restarts at theta* so far.
+    n_stuck: int = 0
+    n_restarts: int = 0
+    #: Negative Hessians at every theta* so far (the step size respects all).
+    seen: tuple = ()
+    #: ``ChainResult.extra``, set at the end of warm-up.
+    extra: object = None
+
+
+class _SGChain(ChainDefaults):
+    """SGLD and SG-HMC as a :class:`._driver.Chain`.
+
+    Warm-up: a restart at theta* after ``_MAX_STUCK`` divergent updates from
+    the start, and at the refinement points the shared theta* rule
+    :func:`.adaptation.refine_reference` with the kernel's inefficiency
+    (SGLD: the AR(1) value of its step; SG-HMC: 2), a second-order expansion
+    and non-finite expansions skipped.  The control variates follow theta*;
+    the mass matrix stays the first one and the step size respects the
+    largest curvature at any theta* so far (on a posterior whose curvature
+    varies, a metric from a flatter region with a step for the stiffest one
+    would freeze the chain; on tall data nothing changes).
+    """
+
+    stats = _SG_STATS
+
+    def __init__(self, config, posterior, metric, hess_metric, n_warmup):
+        self.config = config
+        self.posterior = posterior
+        self.metric = metric
+        self.hess_metric = hess_metric
+        self.schedule = set(refinement_schedule(n_warmup))
+
+    @staticmethod
+    def step(rng, state, params):
+        kernel, estimator = params
+        return kernel.step(rng, state, estimator)
+
+    @staticmethod
+    def warmup_params(adapt):
+        return adapt.kernel, adapt.estimator
+
+    @staticmethod
+    def display_step_size(adapt):
+        return adapt.kernel.step_size
+
+    @staticmethod
+    def draw_stats(state, params):
+        return {"step_size": params[0].step_size}
+
+    def update(self, rng, adapt, iteration, state, info):
+        n_stuck = adapt.n_stuck + 1 if info.is_divergent else 0
+        if n_stuck == _MAX_STUCK and adapt.n_restarts == 0:
+            # Every update from the start diverged: the random start (a Laplace
+            # draw around theta*) is where the curvature is far above the one
+            # the step size was set for.  Restart at theta* once, with a fresh
+            # kernel.
+            kernel, state = self.config._new_kernel(
+                rng, adapt.expansion.theta_star, adapt.expansion, self.metric,
+                adapt.kernel.step_size, self.hess_metric)
+            adapt = adapt._replace(kernel=kernel, window=[], n_restarts=1)
+            n_stuck = 0
+        adapt.window.append(state.position)
+        adapt = adapt._replace(n_stuck=n_stuck)
+        if iteration + 1 not in self.schedule:
+            return adapt, state, 0
+        ref = refine_reference(self.posterior, adapt.expansion, adapt.window,
+                               adapt.centre_draws, inefficiency=adapt.kernel.inefficiency,
+                               taylor_order=2, skip_non_finite=True)
+        if ref.skipped:
+            return adapt._replace(n_skipped=adapt.n_skipped + 1), state, ref.n_obs_evaluated
+        if not ref.refined:
+            return adapt, state, 0
+        seen = adapt.seen + (ref.expansion.neg_hessian,)
+        eps, _ = self.config._step(ref.expansion, self.metric, seen[:-1])
+        kernel, state = self.config._new_kernel(rng, state.position, ref.expansion,
+                                                self.metric, eps, self.hess_metric)
+        return adapt._replace(
+            kernel=kernel, estimator=adapt.estimator.recentre(ref.expansion),
+            expansion=ref.expansion, centre_draws=ref.centre_draws,
+            n_refinements=adapt.n_refinements + 1, seen=seen, window=[]), state, \
+            ref.n_obs_evaluated
+
+    def final(self, rng, adapt, state, complete):
+        extra = {"skipped_refinements": adapt.n_skipped,
+                 "restarted_at_reference": bool(adapt.n_restarts)}
+        kernel, cost = adapt.kernel, 0
+        if complete:
+            kernel, cost = kernel.finish_warmup(rng, adapt.estimator,
+                                                adapt.window or [state.position], extra)
+        extra.update(getattr(self.config, "_bias_report", {}))
+        return adapt._replace(kernel=kernel, extra=extra, window=[]), state, cost
 
 
 class _MoveGuard:
@@ -458,20 +468,21 @@ class _MoveGuard:
         return not dist <= self.max_move
 
 
-class _StepInfo:
-    __slots__ = ("is_divergent", "n_obs_evaluated", "n_steps")
+class _SGDrawInfo(NamedTuple):
+    """What one draw (one or more kernel updates) of an SG sampler did."""
 
-    def __init__(self, is_divergent, n_obs_evaluated, n_steps):
-        self.is_divergent = is_divergent
-        self.n_obs_evaluated = n_obs_evaluated
-        self.n_steps = n_steps
+    #: 1.0 (every update is kept: no Metropolis step) or 0.0 for a divergent
+    #: update, which is undone.
+    acceptance_rate: float
+    is_divergent: bool
+    n_integration_steps: int
+    n_obs_evaluated: int
 
 
-class _SGLDDriver:
-    """Holds the SGLD state between draws (``n_steps_per_draw`` updates per draw)."""
+class _SGLDKernel:
+    """SGLD with ``n_steps_per_draw`` updates per draw; the state is ``sgld``'s."""
 
-    def __init__(self, position, metric, eps, n_steps):
-        self.state = sgld.init(position)
+    def __init__(self, metric, eps, n_steps):
         self.metric = metric
         self.params = sgld.SGLDParams(eps, metric)
         self.step_size = eps
@@ -481,41 +492,36 @@ class _SGLDDriver:
         rho = max(0.0, 1.0 - 0.5 * min(eps, 2.0)) ** n_steps
         self.inefficiency = (1.0 + rho) / max(1e-12, 1.0 - rho)
 
-    @property
-    def position(self):
-        return self.state.position
-
     guard = None
 
-    def step(self, rng, estimator):
+    def step(self, rng, state, estimator):
         divergent, cost = False, 0
         for _ in range(self.n_steps):
-            before = self.state
-            self.state, info = sgld.step(rng, self.state, estimator, self.params)
+            before = state
+            state, info = sgld.step(rng, state, estimator, self.params)
             if (not info.is_divergent and self.guard is not None
-                    and self.guard.too_far(before.position, self.state.position)):
-                self.state = before
+                    and self.guard.too_far(before.position, state.position)):
+                state = before
                 divergent = True
             divergent |= info.is_divergent
             cost += info.n_obs_evaluated
-        return _StepInfo(divergent, cost, self.n_steps)
+        return state, _SGDrawInfo(0.0 if divergent else 1.0, divergent, self.n_steps, cost)
 
     def finish_warmup(self, rng, estimator, window, extra):
-        return 0
+        return self, 0
 
 
-class _SGHMCDriver:
-    """Holds the SG-HMC state (position and momentum) between draws."""
+class _SGHMCKernel:
+    """SG-HMC (``L`` updates per draw); the state (position, momentum) is ``sghmc``'s."""
 
     inefficiency = 2.0
 
-    def __init__(self, config, rng, position, metric, eps, n_steps):
+    def __init__(self, config, metric, eps, n_steps):
         self.config = config
         self.metric = metric
         self.step_size = eps
         self.n_steps = n_steps
         self.friction = self._friction_matrix(metric, float(config.friction))
-        self.state = sghmc.init(position, sample_momentum(rng, metric))
         self.params, _ = sghmc.make_params(eps, n_steps, metric, self.friction, None,
                                            bool(config.resample_momentum))
 
@@ -527,33 +533,31 @@ class _SGHMCDriver:
             return gamma * (L @ L.T)
         return gamma * metric.mass_sqrt ** 2
 
-    @property
-    def position(self):
-        return self.state.position
-
     guard = None
 
-    def step(self, rng, estimator):
-        before = self.state
-        self.state, info = sghmc.step(rng, self.state, estimator, self.params)
+    def step(self, rng, state, estimator):
+        before = state
+        state, info = sghmc.step(rng, state, estimator, self.params)
         if (not info.is_divergent and self.guard is not None
-                and self.guard.too_far(before.position, self.state.position)):
-            self.state = before
+                and self.guard.too_far(before.position, state.position)):
+            state = before
             info = info._replace(is_divergent=True)
         if info.is_divergent:
             # Restart the momentum: the start state is kept, with a fresh r.
-            self.state = self.state._replace(momentum=sample_momentum(rng, self.metric))
-        return _StepInfo(info.is_divergent, info.n_obs_evaluated, info.n_integration_steps)
+            state = state._replace(momentum=sample_momentum(rng, self.metric))
+        return state, _SGDrawInfo(0.0 if info.is_divergent else 1.0, info.is_divergent,
+                                  info.n_integration_steps, info.n_obs_evaluated)
 
     def finish_warmup(self, rng, estimator, window, extra):
-        """With ``estimate_noise``, set ``B_hat = (eps/2) V_hat`` (clipped below ``C``)."""
+        """With ``estimate_noise``, a copy with ``B_hat = (eps/2) V_hat`` (clipped below ``C``)."""
         if not self.config.estimate_noise:
-            return 0
-        pts = np.asarray(window) if len(window) else np.asarray([self.position])
+            return self, 0
+        pts = np.asarray(window)
         pick = np.linspace(0, len(pts) - 1, min(_N_PILOT_POSITIONS, len(pts))).astype(int)
         V, cost = _SGFamily._noise_covariance(rng, estimator, list(pts[pick]))
         B_hat = 0.5 * self.step_size * V
-        self.params, clipped = sghmc.make_params(
+        new = copy.copy(self)
+        new.params, clipped = sghmc.make_params(
             self.step_size, self.n_steps, self.metric, self.friction, B_hat,
             bool(self.config.resample_momentum))
         extra["noise_estimate"] = B_hat
@@ -565,7 +569,7 @@ class _SGHMCDriver:
                 "semi-definite, so the injected noise cannot compensate and the draws are "
                 "over-dispersed. Use a smaller step_size, a larger friction or "
                 "subsample_size, or control_variates=True.", UserWarning, stacklevel=2)
-        return cost
+        return new, cost
 
 
 class SGLD(_SGFamily):
@@ -659,7 +663,7 @@ class SGLD(_SGFamily):
         return sgld_variance_inflation(eps, lam, v)
 
     def _make_kernel(self, rng, position, metric, eps):
-        return _SGLDDriver(position, metric, eps, int(self.n_steps_per_draw))
+        return _SGLDKernel(metric, eps, int(self.n_steps_per_draw)), sgld.init(position)
 
 
 class SGHMC(_SGFamily):
@@ -786,4 +790,5 @@ reference_fraction
                     "subsample_size, or control_variates=True.", UserWarning, stacklevel=3)
 
     def _make_kernel(self, rng, position, metric, eps):
-        return _SGHMCDriver(self, rng, position, metric, eps, self._n_steps(eps))
+        kernel = _SGHMCKernel(self, metric, eps, self._n_steps(eps))
+        return kernel, sghmc.init(position, sample_momentum(rng, metric))

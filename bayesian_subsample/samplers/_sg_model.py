@@ -70,13 +70,18 @@ from __future__ import annotations
 
 import math
 import time
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
 from . import hmc, sghmc, sgld
 from ._base import ChainResult, Prepared, SamplerConfig, check_positive_float, check_positive_int
+from ._driver import ChainDefaults, run
 from .adaptation import dual_averaging_init, dual_averaging_update, find_reasonable_step_size
 from .metric import Metric, sample_momentum
+
+if TYPE_CHECKING:
+    from ._typing import HierarchicalGradientPosterior
 
 __all__ = ["ModelSG", "run_model_chain", "METHODS"]
 
@@ -159,155 +164,211 @@ def _kept_iterations(n_draws, n_kept):
     return np.unique(np.round(np.linspace(n_draws - 1, 0, n_kept)[::-1]).astype(int))
 
 
-def run_model_chain(config, rng, posterior, n_warmup, n_draws, trace=None, progress=None,
-                    stop=None):
+def run_model_chain(config, rng: np.random.Generator, posterior: HierarchicalGradientPosterior,
+                    n_warmup: int, n_draws: int, trace=None, progress=None,
+                    stop=None) -> ChainResult:
     """Run one chain of ``config`` (a :class:`ModelSG`) on ``posterior``.
 
     ``trace(iteration, position, hyper)``, if given, is called after every
     iteration (pass over the data plus Gibbs step), warm-up included
     (``iteration`` counts from 0); the benchmarks use it to trace test error.
     ``progress(done, diverging, step_size)`` is the display-only callback of
-    :meth:`SamplerConfig.run_chain`.
+    :meth:`SamplerConfig.run_chain`.  A stop request raises
+    ``KeyboardInterrupt`` (these chains keep nothing).
     """
     t0 = time.perf_counter()
-    method = config.method
-    n = posterior.n_obs
-    dim = posterior.dim
-    m = config.batch(n)
-    steps_per_pass = max(int(math.ceil(n / m)), MIN_UPDATES_PER_ITERATION)
-    eta = config.eta(n)
-    alpha = float(config.momentum_decay)
-    optimiser = method in _OPTIMISERS
-    unit = Metric(np.ones(dim), np.ones(dim))
-    posterior_has_noise = bool(getattr(posterior, "has_noise_precision", False))
-
+    chain = _ModelChain(config, posterior, n_warmup, trace)
     position = posterior.init_position(rng)
-    hyper, cost = (posterior.point_hyper(position) if optimiser
-                   else posterior.init_hyper(rng, position))
-    n_eval = cost
-    def sg_params(hyper):
+    hyper, _ = (posterior.point_hyper(position) if chain.optimiser
+                else posterior.init_hyper(rng, position))
+    target = None
+    da = None
+    if config.method == "sgld":
+        state = sgld.init(position)
+        params = chain.sg_params(hyper)
+    elif config.method in ("sghmc", "sgd_momentum", "sgd"):
+        params = chain.sg_params(hyper)
+        momentum = (sample_momentum(rng, chain.unit) if config.method == "sghmc"
+                    else np.zeros(posterior.dim))
+        state = sghmc.init(position, momentum)
+    else:
+        target = posterior.full_target(hyper)
+        state = hmc.init(position, target)
+        eps0, _ = find_reasonable_step_size(rng, target, position, state.logdensity,
+                                            state.logdensity_grad, chain.unit)
+        da = dual_averaging_init(eps0)
+        params = hmc.HMCParams(eps0, int(config.n_integration_steps), chain.unit)
+    chain.stat_shapes = {"prior_precision": (len(hyper.precisions),)}
+    n_kept = config.n_kept(n_draws)
+    kept_at = _kept_iterations(n_draws, n_kept)
+    out = run(chain, rng, _ModelState(state, hyper, params, target),
+              _ModelAdapt(da, params.step_size),
+              n_warmup, n_draws, posterior.dim, callback=progress, stop=stop,
+              n_done_before=n_warmup, t_start=t0, keep=kept_at)
+    if not out.warmup_complete or out.n_done < n_draws:
+        raise KeyboardInterrupt("Sampling was interrupted; the estimator is unchanged.")
+    draws = out.draws
+    if len(draws) < n_kept:
+        draws = np.concatenate([draws, np.full((n_kept - len(draws), posterior.dim), np.nan)])
+    final = out.state
+    return out._replace(draws=draws).result(
+        n_draws, step_size=float(final.params.step_size),
+        n_integration_steps=int(getattr(final.params, "n_integration_steps", 1)),
+        inverse_mass_matrix=np.ones(1), theta_star=np.full(1, np.nan),
+        subsample_size=chain.m, n_refinements=0,
+        extra={"diverged_at": final.diverged_at, "learning_rate": chain.eta,
+               "momentum_decay": chain.alpha, "updates_per_iteration": chain.steps_per_pass,
+               "kept_iterations": kept_at, "final_hyper": final.hyper})
+
+
+class _ModelState(NamedTuple):
+    """Weights-kernel state, hyperparameters and the parameters they imply."""
+
+    kernel_state: Any
+    hyper: Any
+    #: Kernel parameters (a function of ``hyper``; HMC's step size adapts).
+    params: Any
+    #: HMC: the full-data target at ``hyper``.
+    target: Any = None
+    #: Iteration of a fatal divergence, after which the chain stands still.
+    diverged_at: int | None = None
+    #: Iterations done (warm-up included).
+    n_iterations: int = 0
+
+
+class _ModelAdapt(NamedTuple):
+    """Dual averaging of HMC's step size (None for the SG methods)."""
+
+    da: Any
+    #: The step size the progress display shows.
+    step_size: float
+
+
+class _ModelInfo(NamedTuple):
+    """One iteration: a pass of weight updates (or one HMC transition) plus a Gibbs step."""
+
+    acceptance_rate: float
+    is_divergent: bool
+    step_size: float
+    n_integration_steps: float
+    n_obs_evaluated: int
+    prior_precision: Any
+    noise_precision: float
+
+
+#: What an iteration after a fatal divergence reports (nothing happens).
+_STILL = _ModelInfo(np.nan, False, np.nan, np.nan, 0, np.nan, np.nan)
+
+
+class _ModelChain(ChainDefaults):
+    """Gibbs within SG-MCMC (or HMC, or an optimiser) as a :class:`._driver.Chain`.
+
+    Iteration ``it`` is a pass over the data in minibatches through the
+    weights kernel (one HMC transition for ``"hmc"``), then an exact Gibbs
+    draw of the hyperparameters (their conditional mode for the optimisers).
+    Warm-up adapts HMC's step size by dual averaging; nothing else adapts.
+    After a fatal divergence (a non-finite SG update) the chain stands still:
+    its later draws and statistics are NaN and ``extra["diverged_at"]``
+    records the iteration.
+    """
+
+    stats = ("acceptance_rate", "diverging", "step_size", "n_steps", "n_obs_evaluated",
+             "prior_precision", "noise_precision")
+    #: Set per chain: ``prior_precision`` has one value per weight group.
+    stat_shapes: dict = {}
+
+    def __init__(self, config, posterior, n_warmup, trace):
+        self.method = config.method
+        self.posterior = posterior
+        self.n = posterior.n_obs
+        self.m = config.batch(self.n)
+        self.steps_per_pass = max(int(math.ceil(self.n / self.m)), MIN_UPDATES_PER_ITERATION)
+        self.eta = config.eta(self.n)
+        self.alpha = float(config.momentum_decay)
+        self.optimiser = self.method in _OPTIMISERS
+        self.unit = Metric(np.ones(posterior.dim), np.ones(posterior.dim))
+        self.has_noise = bool(getattr(posterior, "has_noise_precision", False))
+        self.n_warmup = n_warmup
+        self.trace = trace
+
+    def sg_params(self, hyper):
         # The learning rate is per unit of likelihood curvature: divided by the
         # noise precision tau when it exceeds 1 (Gaussian likelihoods; the
         # curvature scales with tau).  A step size that is a function of the
         # hyperparameters keeps each kernel invariant for p(theta, r | h), and r
         # stays N(0, I) whatever eps, so it is valid within Gibbs.
-        e = eta / max(1.0, float(hyper.noise_precision))
-        if method == "sgld":
-            return sgld.SGLDParams(2.0 * e, unit)
-        cfg = sghmc.from_sgd_momentum(e, 1.0 if method == "sgd" else alpha)
+        e = self.eta / max(1.0, float(hyper.noise_precision))
+        if self.method == "sgld":
+            return sgld.SGLDParams(2.0 * e, self.unit)
+        cfg = sghmc.from_sgd_momentum(e, 1.0 if self.method == "sgd" else self.alpha)
         friction = cfg["friction"]
-        return sghmc.make_params(cfg["step_size"], 1, unit, friction,
-                                 None if method == "sghmc" else friction)[0]
+        return sghmc.make_params(cfg["step_size"], 1, self.unit, friction,
+                                 None if self.method == "sghmc" else friction)[0]
 
-    if method == "sgld":
-        state = sgld.init(position)
-        params = sg_params(hyper)
-    elif method in ("sghmc", "sgd_momentum", "sgd"):
-        params = sg_params(hyper)
-        momentum = sample_momentum(rng, unit) if method == "sghmc" else np.zeros(dim)
-        state = sghmc.init(position, momentum)
-    else:
-        target = posterior.full_target(hyper)
-        state = hmc.init(position, target)
-        eps0, evals = find_reasonable_step_size(rng, target, position, state.logdensity,
-                                                state.logdensity_grad, unit)
-        n_eval += evals * n
-        da = dual_averaging_init(eps0)
-        params = hmc.HMCParams(eps0, int(config.n_integration_steps), unit)
-
-    n_kept = config.n_kept(n_draws)
-    kept_at = _kept_iterations(n_draws, n_kept)
-    draws = np.full((n_kept, dim), np.nan)
-    n_groups = len(hyper.precisions)
-    stats = {
-        "acceptance_rate": np.full(n_draws, np.nan),
-        "diverging": np.zeros(n_draws, dtype=bool),
-        "step_size": np.full(n_draws, np.nan),
-        "n_steps": np.full(n_draws, np.nan),
-        "n_obs_evaluated": np.zeros(n_draws),
-        "prior_precision": np.full((n_draws, n_groups), np.nan),
-        "noise_precision": np.full(n_draws, np.nan),
-    }
-    n_eval_warm = n_eval_samp = 0
-    n_div_warm = 0
-    diverged_at = None
-    t_warm = None
-    slot = 0
-    for it in range(n_warmup + n_draws):
-        if stop is not None and stop.is_set():
-            raise KeyboardInterrupt("Sampling was interrupted; the estimator is unchanged.")
-        if it == n_warmup:
-            t_warm = time.perf_counter()
-            if method == "hmc":
-                params = params._replace(step_size=math.exp(da.log_step_size_avg))
+    def step(self, rng, st, unused):
+        """One iteration; the kernel parameters travel in the state (they follow ``hyper``)."""
+        if st.diverged_at is not None:
+            return st, _STILL
+        posterior = self.posterior
+        state, hyper, params, target = st.kernel_state, st.hyper, st.params, st.target
         cost, divergent, fatal, acc = 0, False, False, 1.0
-        if method == "hmc":
+        if self.method == "hmc":
             state, info = hmc.step(rng, state, target, params)
             cost += info.n_obs_evaluated
             divergent, acc = info.is_divergent, info.acceptance_rate
-            if it < n_warmup:
-                da = dual_averaging_update(da, acc)
-                params = params._replace(step_size=math.exp(da.log_step_size))
         else:
-            kernel = sgld if method == "sgld" else sghmc
-            estimator = posterior.gradient_estimator(m, hyper)
-            for _ in range(steps_per_pass):
+            kernel = sgld if self.method == "sgld" else sghmc
+            estimator = posterior.gradient_estimator(self.m, hyper)
+            for _ in range(self.steps_per_pass):
                 # Overflow on the way to a divergence is detected by the kernel
                 # (non-finite state) and reported, not printed.
                 with np.errstate(over="ignore", invalid="ignore"):
-                    state, info = kernel.step(rng, state, estimator, params)
-                cost += info.n_obs_evaluated
-                if info.is_divergent:
+                    state, sg_info = kernel.step(rng, state, estimator, params)
+                cost += sg_info.n_obs_evaluated
+                if sg_info.is_divergent:
                     divergent = fatal = True
                     break
         if not fatal:
             # The hyperparameter update: exact Gibbs draw (conditional mode for optimisers).
-            if optimiser:
+            if self.optimiser:
                 hyper, c = posterior.point_hyper(state.position)
             else:
                 hyper, c = posterior.sample_hyper(rng, state.position, hyper)
             cost += c
-            if method == "hmc":
+            if self.method == "hmc":
                 target = posterior.full_target(hyper)
                 state = hmc.init(state.position, target)
-                cost += n
-            elif posterior_has_noise:
-                params = sg_params(hyper)
-        if it < n_warmup:
-            n_eval_warm += cost
-            n_div_warm += int(divergent)
-        else:
-            d = it - n_warmup
-            n_eval_samp += cost
-            stats["acceptance_rate"][d] = 0.0 if divergent else acc
-            stats["diverging"][d] = divergent
-            stats["step_size"][d] = params.step_size
-            stats["n_steps"][d] = (params.n_integration_steps if method == "hmc"
-                                   else steps_per_pass)
-            stats["n_obs_evaluated"][d] = cost
-            stats["prior_precision"][d] = hyper.precisions
-            stats["noise_precision"][d] = hyper.noise_precision
-            if not fatal and slot < n_kept and d == kept_at[slot]:
-                draws[slot] = state.position
-                slot += 1
-        if progress is not None:
-            progress(it + 1, bool(divergent), float(params.step_size))
-        if fatal:
-            diverged_at = it
-            break
-        if trace is not None:
-            trace(it, state.position, hyper)
-    t_end = time.perf_counter()
-    if t_warm is None:
-        t_warm = t_end
-    return ChainResult(
-        draws=draws, stats=stats, n_obs_evaluated_warmup=int(n_eval_warm),
-        n_obs_evaluated_sampling=int(n_eval_samp), n_divergent_warmup=int(n_div_warm),
-        step_size=float(params.step_size),
-        n_integration_steps=int(getattr(params, "n_integration_steps", 1)),
-        inverse_mass_matrix=np.ones(1), theta_star=np.full(1, np.nan), subsample_size=m,
-        n_refinements=0,
-        extra={"diverged_at": diverged_at, "learning_rate": eta, "momentum_decay": alpha,
-               "updates_per_iteration": steps_per_pass, "kept_iterations": kept_at,
-               "final_hyper": hyper},
-        wall_time_warmup=t_warm - t0, wall_time_sampling=t_end - t_warm)
+                cost += self.n
+            elif self.has_noise:
+                params = self.sg_params(hyper)
+        it = st.n_iterations
+        new = _ModelState(state, hyper, params, target, it if fatal else None, it + 1)
+        if self.trace is not None and not fatal:
+            self.trace(it, state.position, hyper)
+        return new, _ModelInfo(
+            0.0 if divergent else acc, divergent, params.step_size,
+            params.n_integration_steps if self.method == "hmc" else self.steps_per_pass,
+            cost, hyper.precisions, hyper.noise_precision)
+
+    @staticmethod
+    def position(st):
+        if st.diverged_at is not None:
+            return np.nan
+        return st.kernel_state.position
+
+    def update(self, rng, adapt, iteration, st, info):
+        if self.method != "hmc":
+            return adapt._replace(step_size=st.params.step_size), st, 0
+        da = dual_averaging_update(adapt.da, info.acceptance_rate)
+        params = st.params._replace(step_size=math.exp(da.log_step_size))
+        return _ModelAdapt(da, params.step_size), st._replace(params=params), 0
+
+    def final(self, rng, adapt, st, complete):
+        if self.method == "hmc" and complete:
+            st = st._replace(params=st.params._replace(
+                step_size=math.exp(adapt.da.log_step_size_avg)))
+        return adapt._replace(step_size=st.params.step_size), st, 0
+
+    @staticmethod
+    def display_step_size(adapt):
+        return float(adapt.step_size)

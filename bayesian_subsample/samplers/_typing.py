@@ -8,7 +8,7 @@ constant); the integrators use the potential energy ``-logdensity``.
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -24,6 +24,20 @@ class DifferentiableTarget(Protocol):
 
     # Optional: ``grad(position) -> ndarray``, the gradient alone, used by the
     # leapfrog integrator inside a trajectory when it is cheaper.
+    # Optional: ``logdensity_grad_and_aux(position) -> (logdensity, grad, aux)``,
+    # used instead of ``logdensity_and_grad`` when present; the ``aux`` of the
+    # last evaluation returns in the integrator's state (HMC-ECS: the estimate,
+    # with its ``loglik_var`` and ``sign``), never read back from the target.
+
+
+class GradientTarget(Protocol):
+    """A log density seen only through its gradient (the BPS kernel)."""
+
+    #: Per-observation gradient evaluations per call.
+    n_obs_per_eval: int
+
+    def grad(self, position: np.ndarray) -> np.ndarray:
+        """Gradient of the log density at ``position``."""
 
 
 class Expansion(Protocol):
@@ -79,6 +93,31 @@ class TallPosterior(Protocol):
 
     def difference_variance(self, expansion: Expansion, thetas, rng,
                             n_pilot: int = 20000) -> tuple[np.ndarray, int]: ...
+
+    def block_poisson_estimator(self, expansion: Expansion, batch_size: int, n_products: int,
+                                lower_bound: float, n_refresh: int = 1) -> SubsampleEstimator:
+        """The signed block-Poisson estimator (signed HMC-ECS, eq. 5.1)."""
+
+    def tune_block_poisson(self, expansion: Expansion, thetas, rng: np.random.Generator,
+                           batch_size: int, target_var: float = 1.0,
+                           **options: Any) -> tuple[dict, int]:
+        """``lambda`` and ``a`` of the block-Poisson estimator, and the evaluations spent."""
+
+
+class MHPosterior(TallPosterior, Protocol):
+    """What the Metropolis-Hastings samplers (exact and austerity) ask of a posterior."""
+
+    def logprior(self, theta: np.ndarray) -> float: ...
+
+    def full_loglik(self, theta: np.ndarray) -> float: ...
+
+    def loglik_difference(self, theta_new: np.ndarray, theta_old: np.ndarray, idx,
+                          expansion: Expansion | None = None) -> np.ndarray:
+        """Per-row ``l_i(theta_new) - l_i(theta_old)`` (minus the control variates)."""
+
+    def gradient_estimator(self, subsample_size: int, expansion: Expansion | None = None) -> Any:
+        """A minibatch gradient estimator (the austerity SGLD proposal uses
+        ``draw_indices(rng)`` and ``grad_on(position, idx)``)."""
 
 
 class MinibatchObservation(Protocol):

@@ -28,6 +28,8 @@ __all__ = [
     "dual_averaging_update",
     "find_reasonable_step_size",
     "refinement_schedule",
+    "Refinement",
+    "refine_reference",
 ]
 
 
@@ -123,3 +125,65 @@ def refinement_schedule(n_warmup, fractions=(0.05, 0.1, 0.2, 0.4, 0.7), min_gap=
             points.append(it)
             last = it
     return points
+
+
+class Refinement(NamedTuple):
+    """Outcome of :func:`refine_reference` at one refinement point."""
+
+    #: The Taylor expansion to use from here on (new or unchanged).
+    expansion: object
+    #: Draws behind the mean that is theta* (``inf`` for the subset mode).
+    centre_draws: float
+    #: The second half of the window: the recent draws the decision used.
+    recent: np.ndarray
+    #: True when theta* moved to the recent draws' mean.
+    refined: bool
+    #: True when a new theta* was computed but rejected as non-finite.
+    skipped: bool
+    #: Per-observation evaluations spent (one full pass when a new expansion
+    #: was computed).
+    n_obs_evaluated: int
+
+
+def refine_reference(posterior, expansion, window, centre_draws, *, inefficiency,
+                     taylor_order, force=False, skip_non_finite=False):
+    """Refresh theta* (and the Hessian) at a refinement point, when the draws ask for it.
+
+    The rule shared by the HMC and stochastic-gradient samplers: the mean of
+    the second half of ``window`` replaces theta* (one full pass to expand
+    there) only when it is more than about one posterior sd away, i.e. when
+    the squared Mahalanobis distance in the Hessian metric at theta* exceeds
+    1 after discounting the noise of the two window means,
+    ``inefficiency * dim * (1/len(recent) + 1/centre_draws)``.  On tall data
+    the Hessian hardly changes within the posterior, so passes that chase
+    that noise buy nothing.  Pure: nothing is mutated.
+
+    Where the samplers differ, the difference is a parameter (each keeps the
+    behaviour it had before the drivers were merged, so draws are unchanged):
+
+    * ``inefficiency``: the integrated autocorrelation time assumed for the
+      window draws; 2.0 for HMC and SG-HMC, the AR(1) value of the step size
+      for SGLD;
+    * ``taylor_order``: order of the new expansion (the sampler's own order
+      for the HMC family, 2 for the stochastic-gradient samplers, which
+      re-derive their order from it);
+    * ``force``: refresh regardless of the distance (HMC-ECS while its
+      automatic subsample size is well above its floor);
+    * ``skip_non_finite``: keep the old theta* when the expansion at the new
+      one is not finite (the stochastic-gradient samplers; e.g. a Poisson
+      rate that overflows at the draws' mean).
+    """
+    recent = np.asarray(window[len(window) // 2:])
+    centre = recent.mean(axis=0)
+    delta = centre - expansion.theta_star
+    dist2 = float(delta @ expansion.neg_hessian @ delta)
+    noise = inefficiency * posterior.dim * (1.0 / len(recent) + 1.0 / centre_draws)
+    if not (dist2 - noise > 1.0 or force):
+        return Refinement(expansion, centre_draws, recent, False, False, 0)
+    candidate = posterior.expand(centre, taylor_order)
+    cost = candidate.n_obs_evaluated
+    if skip_non_finite and not (
+            np.isfinite(candidate.loglik) and np.all(np.isfinite(candidate.grad))
+            and np.all(np.isfinite(candidate.neg_hessian))):
+        return Refinement(expansion, centre_draws, recent, False, True, cost)
+    return Refinement(candidate, len(recent), recent, True, False, cost)

@@ -43,11 +43,15 @@ reverse densities are computed with gradients on one shared minibatch.
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
 from ._sequential import IndexStream, sequential_mean_test
+
+if TYPE_CHECKING:
+    from ._typing import MHPosterior
+
 
 __all__ = ["AusterityState", "AusterityInfo", "AusterityParams", "init", "step", "step_sgld",
            "sequential_test", "IndexStream"]
@@ -96,8 +100,14 @@ def _rows_cost(n, params):
     return (2 if params.expansion is None else 3) * n
 
 
-def init(position, target):
-    """Initial state; ``target`` provides ``logprior``."""
+def init(position, target: MHPosterior, rng=None, params=None) -> AusterityState:
+    """Initial state; ``target`` provides ``logprior``.
+
+    The one ``init`` signature of the kernels whose state is a position plus
+    what the target says there: ``init(position, target, rng, params)``, the
+    arguments of ``step`` with the position for the state; unused ones may
+    be omitted.
+    """
     position = np.array(position, dtype=np.float64)
     return AusterityState(position, target.logprior(position))
 
@@ -131,7 +141,8 @@ def sequential_test(rng, target, theta, proposal, mu0, batch_size, epsilon, expa
     return res.decision, res.n_used, res.stopped_early, res.margin
 
 
-def step(rng, state, target, params):
+def step(rng: np.random.Generator, state: AusterityState, target: MHPosterior,
+         params: AusterityParams) -> tuple[AusterityState, AusterityInfo]:
     """One approximate MH transition with a random-walk proposal.
 
     Parameters
@@ -163,7 +174,8 @@ def step(rng, state, target, params):
     return state, info
 
 
-def step_sgld(rng, state, target, grad_estimator, params, step_size, precision,
+def step_sgld(rng: np.random.Generator, state: AusterityState, target: MHPosterior,
+              grad_estimator, params, step_size, precision,
               covariance=None):
     """Approximate MH with the SGLD proposal (Korattikara et al., 2014, §6.2).
 

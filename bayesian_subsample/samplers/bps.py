@@ -53,9 +53,13 @@ Poisson processes by thinning. Naval Research Logistics Quarterly 26.
 from __future__ import annotations
 
 import math
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from ._typing import GradientTarget
+
 
 __all__ = ["BPSState", "BPSParams", "BPSInfo", "init", "step", "reflect",
            "sample_velocity", "linear_rate_arrival", "REJECTED", "BOUNCE", "REFRESH"]
@@ -84,7 +88,7 @@ class BPSParams(NamedTuple):
     refresh_rate: float
     #: Fixed linear preconditioner ``A`` (``x = A z``), shape (dim, dim), or
     #: None for the identity: the particle then moves with ``u = A v``.
-    preconditioner: object = None
+    preconditioner: np.ndarray | None = None
 
 
 class BPSInfo(NamedTuple):
@@ -140,7 +144,7 @@ def linear_rate_arrival(a, b, exp_draw):
     return -a / b + math.sqrt(2.0 * e / b)
 
 
-def init(position, velocity, target):
+def init(position, velocity, target: GradientTarget) -> tuple[BPSState, int]:
     """State at ``position`` with ``velocity`` (one full gradient evaluation).
 
     Returns
@@ -155,7 +159,8 @@ def init(position, velocity, target):
     return BPSState(position, velocity, grad), int(target.n_obs_per_eval)
 
 
-def step(rng, state, target, params):
+def step(rng: np.random.Generator, state: BPSState, target: GradientTarget,
+         params: BPSParams) -> tuple[BPSState, BPSInfo]:
     """Move along one straight segment to the next proposal or refreshment.
 
     Parameters

@@ -33,11 +33,15 @@ generator states.
 from __future__ import annotations
 
 import time
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
 from ._sequential import sequential_mean_test
+
+if TYPE_CHECKING:
+    from ._typing import BinaryConditionals
+
 
 __all__ = ["GibbsState", "GibbsParams", "GibbsInfo", "GibbsChainResult", "init", "step",
            "run_chain", "decide", "METHODS", "SCANS"]
@@ -102,9 +106,15 @@ class GibbsChainResult(NamedTuple):
     elapsed: np.ndarray
 
 
-def init(x0):
-    """Initial state from a 0/1 vector."""
-    return GibbsState(np.asarray(x0, dtype=np.int8).copy())
+def init(position, target=None, rng=None, params=None):
+    """Initial state from a 0/1 vector.
+
+    The one ``init`` signature of the kernels whose state is a position plus
+    what the target says there: ``init(position, target, rng, params)``, the
+    arguments of ``step`` with the position for the state; unused ones may
+    be omitted.
+    """
+    return GibbsState(np.asarray(position, dtype=np.int8).copy())
 
 
 def _logit(u):
@@ -134,7 +144,8 @@ def decide(rng, target, i, x, threshold, params):
     return int(threshold < target.conditional_log_odds(i, x)), N, 1, False
 
 
-def step(rng, state, target, params):
+def step(rng: np.random.Generator, state: GibbsState, target: BinaryConditionals,
+         params: GibbsParams) -> tuple[GibbsState, GibbsInfo]:
     """One scan (``D`` single-variable updates).
 
     Parameters
@@ -180,7 +191,7 @@ _STATS = ("n_terms_evaluated", "terms_per_update", "data_fraction", "n_batches",
           "n_stopped_early", "n_changed")
 
 
-def run_chain(rng, target, params, n_warmup, n_draws, x0=None, callback=None):
+def run_chain(rng: np.random.Generator, target: BinaryConditionals, params, n_warmup, n_draws, x0=None, callback=None):
     """Run one chain: ``n_warmup`` scans discarded, then ``n_draws`` kept.
 
     Parameters

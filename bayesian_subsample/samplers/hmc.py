@@ -17,12 +17,16 @@ flagged in :class:`HMCInfo` and counted by the driver.
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
 from .integrators import leapfrog
 from .metric import kinetic_energy, sample_momentum
+
+if TYPE_CHECKING:
+    from ._typing import DifferentiableTarget
+
 
 __all__ = ["HMCState", "HMCInfo", "HMCParams", "init", "step"]
 
@@ -35,6 +39,10 @@ class HMCState(NamedTuple):
     logdensity: float
     #: Gradient of the log density at ``position``.
     logdensity_grad: np.ndarray
+    #: Auxiliary output of the target's evaluation at ``position`` (see
+    #: :func:`.integrators.leapfrog`; None when the target gives none, and
+    #: for a state that was not produced by this kernel's trajectory).
+    aux: Any = None
 
 
 class HMCParams(NamedTuple):
@@ -64,8 +72,14 @@ class HMCInfo(NamedTuple):
     n_obs_evaluated: int
 
 
-def init(position, target):
-    """Evaluate ``target`` at ``position`` and return the initial state."""
+def init(position, target: DifferentiableTarget, rng=None, params=None) -> HMCState:
+    """Evaluate ``target`` at ``position`` and return the initial state.
+
+    The one ``init`` signature of the kernels whose state is a position plus
+    what the target says there: ``init(position, target, rng, params)``, the
+    arguments of ``step`` with the position for the state; unused ones may
+    be omitted.
+    """
     position = np.array(position, dtype=np.float64)
     logdensity, grad = target.logdensity_and_grad(position)
     if not (np.isfinite(logdensity) and np.all(np.isfinite(grad))):
@@ -73,7 +87,8 @@ def init(position, target):
     return HMCState(position, float(logdensity), grad)
 
 
-def step(rng, state, target, params):
+def step(rng: np.random.Generator, state: HMCState, target: DifferentiableTarget,
+         params: HMCParams) -> tuple[HMCState, HMCInfo]:
     """One HMC transition.
 
     Parameters
@@ -103,7 +118,7 @@ def step(rng, state, target, params):
     acceptance = 0.0 if divergent else float(np.exp(min(0.0, -energy_error)))
     accepted = (not divergent) and rng.random() < acceptance
     if accepted:
-        new_state = HMCState(end.position, end.logdensity, end.logdensity_grad)
+        new_state = HMCState(end.position, end.logdensity, end.logdensity_grad, end.aux)
         energy = energy0 + energy_error
     else:
         new_state = state

@@ -26,11 +26,15 @@ for path; this is tested.
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
 from . import hmc
+
+if TYPE_CHECKING:
+    from ._typing import SubsampleEstimator
+
 
 __all__ = ["HMCECSState", "HMCECSInfo", "init", "step"]
 
@@ -71,8 +75,15 @@ class HMCECSInfo(NamedTuple):
     sign: float = 1.0
 
 
-def init(position, estimator, rng):
-    """Draw an initial subsample and evaluate the estimator at ``position``."""
+def init(position, estimator: SubsampleEstimator, rng: np.random.Generator,
+         params=None) -> HMCECSState:
+    """Draw an initial subsample and evaluate the estimator at ``position``.
+
+    The one ``init`` signature of the kernels whose state is a position plus
+    what the target says there: ``init(position, target, rng, params)``, the
+    arguments of ``step`` with the position for the state; unused ones may
+    be omitted.
+    """
     position = np.array(position, dtype=np.float64)
     sub = estimator.init_subsample(rng)
     est = estimator.evaluate(position, sub)
@@ -82,7 +93,8 @@ def init(position, estimator, rng):
                        float(est.sign))
 
 
-def update_subsample(rng, state, estimator):
+def update_subsample(rng: np.random.Generator, state: HMCECSState,
+                     estimator: SubsampleEstimator):
     """Step 1 of Algorithm 1: pseudo-marginal MH update of ``u`` given theta.
 
     Returns ``(state, acceptance_rate, accepted, n_obs_evaluated)``.
@@ -102,7 +114,8 @@ def update_subsample(rng, state, estimator):
     return state, acceptance, False, cost
 
 
-def step(rng, state, estimator, params):
+def step(rng: np.random.Generator, state: HMCECSState, estimator: SubsampleEstimator,
+         params: hmc.HMCParams) -> tuple[HMCECSState, HMCECSInfo]:
     """One iteration of Algorithm 1.
 
     Parameters
@@ -121,10 +134,10 @@ def step(rng, state, estimator, params):
     inner = hmc.HMCState(state.position, state.logdensity, state.logdensity_grad)
     inner, info = hmc.step(rng, inner, target, params)
     if info.is_accepted:
-        # The last leapfrog evaluation was at the accepted end point.
+        # The estimate at the accepted end point came back with the state.
+        est = inner.aux
         new_state = HMCECSState(inner.position, inner.logdensity, inner.logdensity_grad,
-                                state.subsample, float(target.last_loglik_var),
-                                float(target.last_sign))
+                                state.subsample, float(est.loglik_var), float(est.sign))
     else:
         new_state = state
     return new_state, HMCECSInfo(

@@ -10,18 +10,27 @@ over a fixed integration time; both properties are tested.
 
 The log density is needed only at the end point (for the acceptance test):
 a target that also offers ``grad(position)`` gets gradient-only calls inside
-the trajectory, which saves work for full-data targets.  A non-finite log
+the trajectory, which saves work for full-data targets.  A target that offers
+``logdensity_grad_and_aux(position) -> (logdensity, grad, aux)`` has it used
+for the full evaluations instead of ``logdensity_and_grad``, and the ``aux``
+of the last one (e.g. the estimator's variance and sign at the end point,
+for HMC-ECS) travels back in :class:`IntegratorState` rather than being read
+off the target afterwards.  A non-finite log
 density or gradient stops the trajectory early and is reported as
 ``diverged``; it is never propagated as NaN.
 """
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
 from .metric import velocity
+
+if TYPE_CHECKING:
+    from ._typing import DifferentiableTarget
+
 
 __all__ = ["IntegratorState", "leapfrog"]
 
@@ -37,9 +46,12 @@ class IntegratorState(NamedTuple):
     n_evals: int
     #: True if the log density or gradient became non-finite.
     diverged: bool
+    #: Auxiliary output of the target's last full evaluation (None if it gives none).
+    aux: Any = None
 
 
-def leapfrog(target, position, momentum, logdensity_grad, step_size, n_steps, metric):
+def leapfrog(target: DifferentiableTarget, position, momentum, logdensity_grad, step_size,
+             n_steps, metric):
     """Integrate ``n_steps`` leapfrog steps from ``(position, momentum)``.
 
     Parameters
@@ -60,6 +72,8 @@ def leapfrog(target, position, momentum, logdensity_grad, step_size, n_steps, me
     eps = float(step_size)
     half = 0.5 * eps
     grad_only = getattr(target, "grad", None)
+    with_aux = getattr(target, "logdensity_grad_and_aux", None)
+    aux = None
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
         p = momentum + half * logdensity_grad
         x = position
@@ -73,8 +87,11 @@ def leapfrog(target, position, momentum, logdensity_grad, step_size, n_steps, me
                     return IntegratorState(x, p, -np.inf, grad, i + 1, True)
                 p = p + eps * grad
                 continue
-            logdensity, grad = target.logdensity_and_grad(x)
+            if with_aux is None:
+                logdensity, grad = target.logdensity_and_grad(x)
+            else:
+                logdensity, grad, aux = with_aux(x)
             if not (np.isfinite(logdensity) and np.all(np.isfinite(grad))):
-                return IntegratorState(x, p, -np.inf, grad, i + 1, True)
+                return IntegratorState(x, p, -np.inf, grad, i + 1, True, aux)
             p = p + (eps if i < n_steps - 1 else half) * grad
-    return IntegratorState(x, p, float(logdensity), grad, n_steps, False)
+    return IntegratorState(x, p, float(logdensity), grad, n_steps, False, aux)

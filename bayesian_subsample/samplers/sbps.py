@@ -71,11 +71,15 @@ breaks invariance); here it is a fixed parameter.
 from __future__ import annotations
 
 import math
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
 from .bps import BOUNCE, REFRESH, REJECTED, reflect, sample_velocity
+
+if TYPE_CHECKING:
+    from ._typing import MinibatchObserver
+
 
 __all__ = ["SBPSState", "SBPSParams", "SBPSInfo", "init", "step", "OBSERVE",
            "fit_local_regression", "proposal_knots", "piecewise_linear_arrival",
@@ -347,7 +351,8 @@ def init(position, velocity):
                      _empty_regression(), 0.0, 0, 0.0, 0)
 
 
-def step(rng, state, target, params):
+def step(rng: np.random.Generator, state: SBPSState, target: MinibatchObserver,
+         params: SBPSParams) -> tuple[SBPSState, SBPSInfo]:
     """One SBPS step: (observe if needed,) propose, move, accept or reject.
 
     Parameters

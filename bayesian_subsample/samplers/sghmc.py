@@ -41,11 +41,15 @@ it, so no stored draw ever lies outside the support.
 from __future__ import annotations
 
 import math
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
 from .metric import sample_momentum, velocity
+
+if TYPE_CHECKING:
+    from ._sg_typing import GradientEstimator
+
 
 __all__ = ["SGHMCState", "SGHMCInfo", "SGHMCParams", "make_params", "init", "step",
            "to_sgd_momentum", "from_sgd_momentum"]
@@ -148,7 +152,8 @@ def init(position, momentum=None):
     return SGHMCState(position, momentum)
 
 
-def step(rng, state, grad_estimator, params):
+def step(rng: np.random.Generator, state: SGHMCState, grad_estimator: GradientEstimator,
+         params: SGHMCParams) -> tuple[SGHMCState, SGHMCInfo]:
     """One SG-HMC transition: ``L`` updates of Algorithm 2 (Chen et al., 2014).
 
     Parameters

@@ -33,12 +33,16 @@ gradient at a point outside the support is not finite).
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 from scipy import linalg
 
 from .metric import velocity
+
+if TYPE_CHECKING:
+    from ._sg_typing import GradientEstimator
+
 
 __all__ = ["SGLDState", "SGLDInfo", "SGLDParams", "init", "step", "sample_inverse_metric"]
 
@@ -77,12 +81,19 @@ def sample_inverse_metric(rng, metric):
     return z / metric.mass_sqrt
 
 
-def init(position):
-    """The initial state at ``position`` (no evaluation needed)."""
+def init(position, target=None, rng=None, params=None):
+    """The initial state at ``position`` (no evaluation needed).
+
+    The one ``init`` signature of the kernels whose state is a position plus
+    what the target says there: ``init(position, target, rng, params)``, the
+    arguments of ``step`` with the position for the state; unused ones may
+    be omitted.
+    """
     return SGLDState(np.array(position, dtype=np.float64))
 
 
-def step(rng, state, grad_estimator, params):
+def step(rng: np.random.Generator, state: SGLDState, grad_estimator: GradientEstimator,
+         params: SGLDParams) -> tuple[SGLDState, SGLDInfo]:
     """One SGLD update.
 
     Parameters
