@@ -153,8 +153,14 @@ class BlockPoissonEstimator:
         with np.errstate(divide="ignore"):
             logs = np.log(np.abs(z) / lam)
         sign = -1.0 if np.count_nonzero(z < 0) % 2 else 1.0
-        coef = g * np.repeat(self._scale / z, m)
-        grad = qgrad + sub.rows.Z.T @ coef + gp
+        if self._rows.n_linear_predictors == 1:
+            coef = g * np.repeat(self._scale / z, m)
+            grad = qgrad + sub.rows.Z.T @ coef + gp
+        else:
+            # K linear predictors: g is (B m, K), the eq. (4.7)-style backprop
+            # is sum_i coef_i kron z_i.
+            coef = g * np.repeat(self._scale / z, m)[:, None]
+            grad = qgrad + self._rows.design_backprop(sub.rows.Z, coef) + gp
         # Variance of the compound-Poisson sum of logs, lambda E[Y^2].
         var = lam * float(logs @ logs) / n_batches
         return Estimate(base + float(logs.sum()), grad, var, sign)

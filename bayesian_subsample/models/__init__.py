@@ -1,6 +1,7 @@
 """Models: per-observation log-likelihood terms, priors and binary MRFs (no sampling here)."""
 
 from ._glm import DEFAULT_CHUNK_SIZE, GLM, GaussianFamily, LogisticFamily, PoissonFamily
+from ._multinomial import MultinomialGLM, SoftmaxFamily, softmax_log_proba
 from ._linear import LinearRegressionGLM, LinearRegressionPrior
 from ._basis import BasisGLM, BSplineBasis, spline_prior_precision
 from ._mrf import BinaryMRF
@@ -21,6 +22,9 @@ __all__ = [
     "LogisticFamily",
     "MLP",
     "MLPModel",
+    "MultinomialGLM",
     "PoissonFamily",
+    "SoftmaxFamily",
+    "softmax_log_proba",
     "spline_prior_precision",
 ]
