@@ -287,7 +287,6 @@ class BayesianLogisticRegression(ClassifierMixin, SampledModelMixin, ArviZExport
         self.sampler_ = resolve_sampler(self.sampler, self.subsample_size)
         self.sampler_.validate(X.shape[0])
 
-        names = (["intercept"] if self.fit_intercept else []) + self._coef_names(X.shape[1])
         if n_classes > 2 and getattr(self.sampler_, "preconditioned", False):
             # The softmax posterior has a ridge along "add the same vector to
             # every class" (held only by the prior), which is not axis-aligned:
@@ -302,10 +301,13 @@ class BayesianLogisticRegression(ClassifierMixin, SampledModelMixin, ArviZExport
         if n_classes > 2:
             model = MultinomialGLM(X, y_enc, n_classes, sample_weight=sample_weight,
                                    fit_intercept=self.fit_intercept)
-            # theta = Theta.ravel(), Theta (K, p): class-major names.
-            names = [f"{name}[{c}]" for c in self.classes_ for name in names]
         else:
             model = self._build_model(X, y_enc.astype(np.float64), sample_weight)
+        # After _build_model: a subclass's names may depend on its design.
+        names = (["intercept"] if self.fit_intercept else []) + self._coef_names(X.shape[1])
+        if n_classes > 2:
+            # theta = Theta.ravel(), Theta (K, p): class-major names.
+            names = [f"{name}[{c}]" for c in self.classes_ for name in names]
         posterior = TallPosterior(model, self._build_prior(model))
         self._param_names_ = names
 
