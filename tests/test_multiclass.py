@@ -338,3 +338,22 @@ def test_unsupported_combinations_raise_before_sampling(wine):
         BayesianLogisticRegression(sampler="psbps", **FAST).fit(X, y)
     with pytest.raises(ValueError, match="OneVsRestClassifier"):
         BayesianSplineClassifier(n_knots=4, **FAST).fit(X, y)
+
+
+# ------------------------------------------------- scikit-learn's own checks
+@pytest.mark.parametrize("sampler", ["hmc", "hmc_ecs"])
+@pytest.mark.parametrize("check_name", ["check_classifiers_train", "check_classifiers_classes",
+                                        "check_decision_proba_consistency",
+                                        "check_classifiers_regression_target",
+                                        "check_supervised_y_2d", "check_fit_idempotent"])
+def test_sklearn_multiclass_checks(sampler, check_name):
+    """The checks of sklearn.utils.estimator_checks that exercise 3-class targets
+    (the project runs the whole list in tests/test_sklearn_compat.py)."""
+    from sklearn.utils import estimator_checks
+
+    est = BayesianLogisticRegression(sampler=sampler, n_chains=2, n_warmup=20, n_draws=20,
+                                     random_state=0)
+    check = getattr(estimator_checks, check_name)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        check(type(est).__name__, est)

@@ -216,8 +216,9 @@ keep_partial_draws
     # ----------------------------------------------------------- hooks
     def _check_multiclass_supported(self):
         raise ValueError(
-            "BayesianSplineClassifier supports binary targets only (its spline design "
-            f"has no multinomial model yet); the target has {len(self.classes_)} classes. "
+            "Only binary classification is supported. BayesianSplineClassifier's spline "
+            "design has no multinomial model yet; the type of the target is multiclass "
+            f"({len(self.classes_)} classes). "
             "Wrap it in sklearn.multiclass.OneVsRestClassifier, or use "
             "BayesianLogisticRegression, which fits the softmax likelihood.")
 
