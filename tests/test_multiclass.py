@@ -223,6 +223,16 @@ def test_hmc_ecs_matches_the_reference(wine):
     assert np.all(np.abs(ratio - 1) < 0.15)
 
 
+@pytest.mark.slow
+def test_signed_hmc_ecs_matches_the_reference(wine):
+    """Signed HMC-ECS (block-Poisson, eq. 5.1) with K linear predictors (~25 s)."""
+    X, y, mean, sd = wine
+    est = _fit("hmc_ecs_signed", X, y)
+    dmean, ratio = _errors(est, mean, sd)
+    assert dmean < 0.15
+    assert np.all(np.abs(ratio - 1) < 0.15)
+
+
 class _TemperedGLM(MultinomialGLM):
     """Broken on purpose: log-likelihood and gradient scaled by 0.6."""
 
