@@ -17,6 +17,10 @@ sign ``s = sign(L_hat)``; expectations are the ratio estimator
 In logs, with ``B = sum_l X_l`` mini-batches in all,
 ``log |L_hat| = sum_k q_k + a + lambda + sum_b log |(d_hat_b - a) / lambda|`` and
 ``grad log |L_hat| = grad sum_k q_k + sum_b grad d_hat_b / (d_hat_b - a)``.
+With ``K`` linear predictors (multinomial regression) ``d_hat_b`` and its
+gradient come from :meth:`DifferenceEstimator.differences` with the
+``K``-dimensional control variates, and the backward product is
+``sum_i coef_i kron z_i``; nothing else changes.
 Subsample updates redraw ``kappa`` of the ``lambda`` products (their Poisson
 counts and indices), which correlates successive estimates with
 ``rho ~ 1 - kappa / lambda`` (§5).

@@ -69,7 +69,8 @@ class Subsample(NamedTuple):
     #: Row indices ``u``, shape (m,), drawn with replacement.
     indices: np.ndarray
     #: Cached design rows of ``u`` in theta coordinates (a leading column of
-    #: ones when the model has an intercept), shape (m, dim).
+    #: ones when the model has an intercept), shape (m, dim); with K linear
+    #: predictors the rows of one class, shape (m, dim / K).
     Z: np.ndarray
     #: Targets ``y[u]``.
     y: np.ndarray
