@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 from scipy.special import expit
 
-__all__ = ["make_higgs_like", "make_bankruptcy_like"]
+__all__ = ["make_higgs_like", "make_bankruptcy_like", "make_multiclass_like"]
 
 
 def make_higgs_like(n_samples=100_000, n_features=29, correlation=0.5, coef_scale=0.5,
@@ -55,6 +55,43 @@ def make_higgs_like(n_samples=100_000, n_features=29, correlation=0.5, coef_scal
         z = rng.standard_normal((stop - start, n_features)) @ chol.T
         X[start:stop] = z
         y[start:stop] = rng.random(stop - start) < expit(intercept + z @ coef)
+    return X, y, coef
+
+
+def make_multiclass_like(n_samples=100_000, n_features=20, n_classes=5, correlation=0.5,
+                         coef_scale=0.3, random_state=0, dtype=np.float64,
+                         chunk_size=262_144):
+    """A tall multiclass problem with a known multinomial (softmax) model.
+
+    Covariates as in :func:`make_higgs_like` (Gaussian, ``corr(x_j, x_k) =
+    correlation ** |j - k|``); true intercepts and coefficients of every class
+    are drawn from ``N(0, coef_scale^2)`` and
+    ``y ~ Categorical(softmax(intercept + coef x))`` (drawn by the Gumbel-max
+    trick, chunk by chunk).
+
+    Returns
+    -------
+    X : ndarray of shape (n_samples, n_features)
+    y : ndarray of shape (n_samples,), values ``0 .. n_classes - 1``
+    coef : ndarray of shape (n_classes, n_features + 1)
+        True ``(intercept, coef)`` per class.
+    """
+    if n_samples < 1 or n_features < 1 or n_classes < 2:
+        raise ValueError("n_samples and n_features must be positive and n_classes >= 2.")
+    if not -1.0 < correlation < 1.0:
+        raise ValueError("correlation must lie strictly between -1 and 1.")
+    rng = np.random.default_rng(random_state)
+    coef = rng.normal(0.0, coef_scale, (n_classes, n_features + 1))
+    lags = np.abs(np.subtract.outer(np.arange(n_features), np.arange(n_features)))
+    chol = np.linalg.cholesky(correlation**lags)
+    X = np.empty((n_samples, n_features), dtype=dtype)
+    y = np.empty(n_samples, dtype=np.int64)
+    for start in range(0, n_samples, chunk_size):
+        stop = min(start + chunk_size, n_samples)
+        z = rng.standard_normal((stop - start, n_features)) @ chol.T
+        X[start:stop] = z
+        eta = z @ coef[:, 1:].T + coef[:, 0]
+        y[start:stop] = np.argmax(eta + rng.gumbel(size=eta.shape), axis=1)
     return X, y, coef
 
 

@@ -135,11 +135,13 @@ def test_string_labels_and_no_intercept(data):
     assert np.all(clf.intercept_draws_ == 0) and clf.intercept_[0] == 0
 
 
-def test_multiclass_is_refused_with_a_pointer_and_ovr_works(data):
+def test_multiclass_fits_softmax_and_ovr_still_works(data):
+    # Three classes: the softmax likelihood (tests/test_multiclass.py checks
+    # its posterior); one-vs-rest wrapping still works as before.
     X, y = data
     y3 = y + (X[:, 0] > 1)
-    with pytest.raises(ValueError, match="OneVsRestClassifier"):
-        BayesianLogisticRegression(**FAST).fit(X, y3)
+    clf = _quiet_fit(BayesianLogisticRegression(**FAST), X, y3)
+    assert clf.coef_.shape == (3, X.shape[1]) and clf.predict_proba(X[:5]).shape == (5, 3)
     ovr = _quiet_fit(OneVsRestClassifier(BayesianLogisticRegression(**FAST)), X, y3)
     assert ovr.predict_proba(X[:5]).shape == (5, 3)
 

@@ -1,4 +1,4 @@
-"""Bayesian logistic regression sampled by HMC-ECS or full-data HMC."""
+"""Bayesian logistic (binary) and multinomial (softmax) regression sampled by MCMC."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from ..models import GLM, GaussianPrior, LogisticFamily
+from ..models import GLM, GaussianPrior, LogisticFamily, MultinomialGLM, softmax_log_proba
 from ..likelihood import TallPosterior
 from ._base import (
     SampledModelMixin,
@@ -28,7 +28,7 @@ _PREDICT_BLOCK = 1 << 22
 
 class BayesianLogisticRegression(ClassifierMixin, SampledModelMixin, ArviZExportMixin,
                                  ClassifierPredictiveMixin, BaseEstimator):
-    """Bayesian binary logistic regression fitted by MCMC on tall data.
+    """Bayesian logistic regression (binary or multinomial) fitted by MCMC on tall data.
 
     The model is ``y_k ~ Bernoulli(sigmoid(b + x_k^T w))`` with independent
     priors ``w_j ~ N(0, prior_scale^2)`` and ``b ~ N(0, intercept_prior_scale^2)``
@@ -36,6 +36,23 @@ class BayesianLogisticRegression(ClassifierMixin, SampledModelMixin, ArviZExport
     sampler, ``n_chains`` chains in parallel; predictions average over all
     stored draws, so ``predict_proba`` is the Bayes predictive probability
     ``E[sigmoid(b + x^T w) | data]``.
+
+    With ``K >= 3`` classes the likelihood is the softmax (multinomial)
+    one, chosen automatically as scikit-learn's
+    :class:`~sklearn.linear_model.LogisticRegression` does:
+    ``p(y_k = c | x_k) = softmax_c(b + W x_k)`` with one intercept and one
+    coefficient row per class, ``W`` of shape ``(K, n_features)``, and
+    independent priors ``W_cj ~ N(0, prior_scale_j^2)``,
+    ``b_c ~ N(0, intercept_prior_scale^2)`` on *all* ``K`` classes.  The
+    softmax is unchanged by adding the same vector to every class's
+    parameters, so the likelihood alone does not identify them; the proper
+    Gaussian prior on every class does (the posterior is proper and its
+    mean satisfies ``sum_c W_c = 0`` by symmetry), as in scikit-learn's
+    symmetric multinomial parametrisation.  We do not fix a reference class
+    (``W_0 = 0``): that would make the prior, hence the posterior predictive,
+    depend on which label happens to sort first.  Every sampler works for
+    ``K >= 3``: the Taylor control variates of HMC-ECS are then expanded in
+    the ``K`` linear predictors (:mod:`bayesian_subsample.models._multinomial`).
 
     The default sampler, HMC with energy conserving subsampling (HMC-ECS),
     reads a small subsample of the rows per iteration, so the cost of an
@@ -95,14 +112,17 @@ class BayesianLogisticRegression(ClassifierMixin, SampledModelMixin, ArviZExport
 
     Attributes
     ----------
-    classes_ : ndarray of shape (2,)
-        Class labels; ``classes_[1]`` is the positive class.
-    coef_ : ndarray of shape (1, n_features)
-        Posterior mean of the coefficients (sign-weighted for signed HMC-ECS).
-    intercept_ : ndarray of shape (1,)
-        Posterior mean of the intercept (0 if ``fit_intercept=False``).
+    classes_ : ndarray of shape (n_classes,)
+        Class labels; for two classes ``classes_[1]`` is the positive class.
+    coef_ : ndarray of shape (1, n_features) or (n_classes, n_features)
+        Posterior mean of the coefficients (sign-weighted for signed HMC-ECS);
+        one row per class when there are three or more classes.
+    intercept_ : ndarray of shape (1,) or (n_classes,)
+        Posterior mean of the intercept(s) (0 if ``fit_intercept=False``).
     coef_draws_ : ndarray of shape (n_chains, n_draws, n_features)
+        For ``K >= 3`` classes: (n_chains, n_draws, n_classes, n_features).
     intercept_draws_ : ndarray of shape (n_chains, n_draws)
+        For ``K >= 3`` classes: (n_chains, n_draws, n_classes).
     sample_stats_ : dict of ndarray of shape (n_chains, n_draws)
         ``acceptance_rate`` (of theta), ``diverging``, ``energy``,
         ``energy_error``, ``lp``, ``step_size``, ``n_steps``,
@@ -153,10 +173,12 @@ class BayesianLogisticRegression(ClassifierMixin, SampledModelMixin, ArviZExport
 
     Notes
     -----
-    More than two classes raise a ``ValueError``; wrap the estimator in
-    :class:`sklearn.multiclass.OneVsRestClassifier` for multiclass problems.
     ``decision_function`` is the log-odds of ``predict_proba``, so rankings
-    (and ROC AUC) agree with the predictive probabilities.
+    (and ROC AUC) agree with the predictive probabilities; with ``K >= 3``
+    classes it is ``predict_log_proba`` (n_samples, K), whose row-wise argmax
+    is :meth:`predict`.  For ``K >= 3`` classes, ``sample_y``,
+    ``predict_proba(return_std=True)``, ``predict_proba_interval`` and
+    ``to_datatree`` raise ``NotImplementedError``.
 
     References
     ----------
@@ -197,8 +219,23 @@ class BayesianLogisticRegression(ClassifierMixin, SampledModelMixin, ArviZExport
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
-        tags.classifier_tags.multi_class = False
+        tags.classifier_tags.multi_class = True
         return tags
+
+    @property
+    def _multiclass(self):
+        """Whether the fit used the softmax likelihood (three or more classes)."""
+        return len(getattr(self, "classes_", ())) > 2
+
+    def _check_multiclass_supported(self):
+        """Hook: subclasses without a multinomial model raise here (before sampling)."""
+
+    def _not_for_multiclass(self, what):
+        if self._multiclass:
+            raise NotImplementedError(
+                f"{what} is not implemented for {len(self.classes_)} classes (softmax "
+                "likelihood); it is available for binary fits. Use predict_proba, "
+                "predict_log_proba or coef_draws_ (chain, draw, class, feature) instead.")
 
     # ------------------------------------------------------------------ fit
     def fit(self, X, y, sample_weight=None):
@@ -210,7 +247,7 @@ class BayesianLogisticRegression(ClassifierMixin, SampledModelMixin, ArviZExport
             Training data; a :class:`numpy.memmap` is read in chunks and by
             row index, never copied whole.
         y : array-like of shape (n_samples,)
-            Two class labels.
+            Class labels; three or more classes fit the softmax likelihood.
         sample_weight : array-like of shape (n_samples,), default=None
             Non-negative weights multiplying each observation's
             log-likelihood (integer weights act as repeated rows).
@@ -242,36 +279,71 @@ class BayesianLogisticRegression(ClassifierMixin, SampledModelMixin, ArviZExport
                 "This solver needs samples of at least 2 classes in the data, but the data "
                 f"contains only one class: {self.classes_[0]!r}."
             )
-        if len(self.classes_) > 2:
-            raise ValueError(
-                "Only binary classification is supported. The type of the target is "
-                f"multiclass ({len(self.classes_)} classes); wrap the estimator in "
-                "sklearn.multiclass.OneVsRestClassifier for multiclass problems."
-            )
+        n_classes = len(self.classes_)
+        if n_classes > 2:
+            self._check_multiclass_supported()
         self._validate_hyperparameters()
         self._check_sampling_params()
         self.sampler_ = resolve_sampler(self.sampler, self.subsample_size)
         self.sampler_.validate(X.shape[0])
 
-        model = self._build_model(X, y_enc.astype(np.float64), sample_weight)
+        if n_classes > 2 and getattr(self.sampler_, "preconditioned", False):
+            # The softmax posterior has a ridge along "add the same vector to
+            # every class" (held only by the prior), which is not axis-aligned:
+            # the diagonal preconditioner of pSBPS cannot adapt to it and the
+            # particle drifts along it until the sampler's improperness check
+            # stops it.  Refuse up front rather than fail mid-run.
+            raise ValueError(
+                f"sampler={self.sampler!r} (pSBPS, the preconditioned SBPS) does not support "
+                f"the softmax likelihood of {n_classes} classes: its diagonal preconditioner "
+                "cannot follow the softmax posterior's non-axis-aligned ridge. Use "
+                "sampler='sbps' (Laplace preconditioner), 'hmc_ecs' or 'hmc'.")
+        if n_classes > 2:
+            model = MultinomialGLM(X, y_enc, n_classes, sample_weight=sample_weight,
+                                   fit_intercept=self.fit_intercept)
+        else:
+            model = self._build_model(X, y_enc.astype(np.float64), sample_weight)
+        # After _build_model: a subclass's names may depend on its design.
+        names = (["intercept"] if self.fit_intercept else []) + self._coef_names(X.shape[1])
+        if n_classes > 2:
+            # theta = Theta.ravel(), Theta (K, p): class-major names.
+            names = [f"{name}[{c}]" for c in self.classes_ for name in names]
         posterior = TallPosterior(model, self._build_prior(model))
-        self._param_names_ = ((["intercept"] if self.fit_intercept else [])
-                              + self._coef_names(X.shape[1]))
+        self._param_names_ = names
 
         draws = self._sample(posterior)
-        if self.fit_intercept:
-            self.intercept_draws_ = draws[:, :, 0].copy()
-            self.coef_draws_ = draws[:, :, 1:].copy()
+        if n_classes > 2:
+            self._store_multiclass(draws, n_classes)
         else:
-            self.intercept_draws_ = np.zeros(draws.shape[:2])
-            self.coef_draws_ = draws.copy()
-        mean = self._posterior_mean(draws)
-        self.coef_ = (mean[1:] if self.fit_intercept else mean)[None, :]
-        self.intercept_ = np.array([mean[0] if self.fit_intercept else 0.0])
+            if self.fit_intercept:
+                self.intercept_draws_ = draws[:, :, 0].copy()
+                self.coef_draws_ = draws[:, :, 1:].copy()
+            else:
+                self.intercept_draws_ = np.zeros(draws.shape[:2])
+                self.coef_draws_ = draws.copy()
+            mean = self._posterior_mean(draws)
+            self.coef_ = (mean[1:] if self.fit_intercept else mean)[None, :]
+            self.intercept_ = np.array([mean[0] if self.fit_intercept else 0.0])
         self._check_convergence(draws)
         if self.verbose:
             self._report()
         return self
+
+    def _store_multiclass(self, draws, n_classes):
+        """Store draws (chain, draw, K p) as (chain, draw, K, ...) and the means."""
+        c, d = draws.shape[:2]
+        theta = draws.reshape(c, d, n_classes, -1)
+        mean = self._posterior_mean(draws).reshape(n_classes, -1)
+        if self.fit_intercept:
+            self.intercept_draws_ = theta[:, :, :, 0].copy()
+            self.coef_draws_ = theta[:, :, :, 1:].copy()
+            self.intercept_ = mean[:, 0].copy()
+            self.coef_ = mean[:, 1:].copy()
+        else:
+            self.intercept_draws_ = np.zeros((c, d, n_classes))
+            self.coef_draws_ = theta.copy()
+            self.intercept_ = np.zeros(n_classes)
+            self.coef_ = mean.copy()
 
     # ---------------------------------------------- hooks for subclasses
     # A subclass that changes the design (e.g. a basis expansion) overrides
@@ -290,8 +362,12 @@ class BayesianLogisticRegression(ClassifierMixin, SampledModelMixin, ArviZExport
         """Independent Gaussian prior, intercept first."""
         coef = check_prior_scale(self.prior_scale, self.n_features_in_)
         if self.fit_intercept:
-            return GaussianPrior(np.concatenate([[float(self.intercept_prior_scale)], coef]))
-        return GaussianPrior(coef)
+            scale = np.concatenate([[float(self.intercept_prior_scale)], coef])
+        else:
+            scale = np.asarray(coef, dtype=np.float64)
+        # K linear predictors: the same proper prior on every class (no
+        # reference class; see the class docstring).
+        return GaussianPrior(np.tile(scale, getattr(model, "n_linear_predictors", 1)))
 
     def _coef_names(self, n_features):
         """Names of the coefficients in ``coef_`` order."""
@@ -304,9 +380,46 @@ class BayesianLogisticRegression(ClassifierMixin, SampledModelMixin, ArviZExport
         return np.asarray(X, dtype=np.float64)
 
     def _all_draws(self):
+        if self._multiclass:
+            c, d = self.coef_draws_.shape[:2]
+            if self.fit_intercept:
+                theta = np.concatenate([self.intercept_draws_[..., None], self.coef_draws_],
+                                       axis=3)
+            else:
+                theta = self.coef_draws_
+            return theta.reshape(c, d, -1)
         if self.fit_intercept:
             return np.concatenate([self.intercept_draws_[:, :, None], self.coef_draws_], axis=2)
         return self.coef_draws_
+
+    def _multiclass_log_proba(self, X):
+        """``log E[softmax(b + W x)]`` over the draws, (rows, K), in row blocks.
+
+        Per draw the log-softmax is computed stably (max-shifted), then
+        averaged over draws by log-sum-exp; signed fits average the
+        probabilities with the sign weights (eq. 5.3), clipped to [0, 1].
+        """
+        K = len(self.classes_)
+        W = self.coef_draws_.reshape(-1, K, self.coef_draws_.shape[-1])
+        b = self.intercept_draws_.reshape(-1, K)
+        n_draws = W.shape[0]
+        weights = self._draw_weights()
+        rows = max(1, _PREDICT_BLOCK // max(n_draws * K, 1))
+        out = np.empty((X.shape[0], K))
+        for start in range(0, X.shape[0], rows):
+            sl = slice(start, min(start + rows, X.shape[0]))
+            eta = np.einsum("nf,skf->nsk", self._design_chunk(X[sl]), W) + b
+            logp = softmax_log_proba(eta)
+            if weights is not None:
+                p = np.clip(np.einsum("nsk,s->nk", np.exp(logp), weights), 0.0, 1.0)
+                p /= p.sum(axis=1, keepdims=True)
+                with np.errstate(divide="ignore"):
+                    out[sl] = np.log(p)
+                continue
+            lp = logsumexp(logp, axis=1) - np.log(n_draws)
+            # Renormalise exactly (rounding only).
+            out[sl] = lp - logsumexp(lp, axis=1, keepdims=True)
+        return out
 
     def _log_proba_blocks(self, X):
         """Yield (slice, log p0, log p1) over row blocks, averaging over draws."""
@@ -355,7 +468,11 @@ class BayesianLogisticRegression(ClassifierMixin, SampledModelMixin, ArviZExport
         check_is_fitted(self)
         X = validate_data(self, X, reset=False, dtype=[np.float64, np.float32], order="C")
         if return_std:
+            self._not_for_multiclass("predict_proba(return_std=True)")
             return self._predict_proba_std(X)
+        if self._multiclass:
+            proba = np.exp(self._multiclass_log_proba(X))
+            return proba / proba.sum(axis=1, keepdims=True)
         W = self.coef_draws_.reshape(-1, self.coef_draws_.shape[-1])
         b = self.intercept_draws_.reshape(-1)
         weights = self._draw_weights()
@@ -374,6 +491,8 @@ class BayesianLogisticRegression(ClassifierMixin, SampledModelMixin, ArviZExport
         """Logarithm of :meth:`predict_proba`, computed stably by log-sum-exp."""
         check_is_fitted(self)
         X = validate_data(self, X, reset=False, dtype=[np.float64, np.float32], order="C")
+        if self._multiclass:
+            return self._multiclass_log_proba(X)
         out = np.empty((X.shape[0], 2))
         for sl, lp0, lp1 in self._log_proba_blocks(X):
             out[sl, 0] = lp0
@@ -386,15 +505,41 @@ class BayesianLogisticRegression(ClassifierMixin, SampledModelMixin, ArviZExport
         This is *not* the posterior mean of the linear predictor: it ranks
         observations exactly as :meth:`predict_proba` does, so the
         ``"roc_auc"`` scorer and ``roc_auc_score(y, predict_proba(X)[:, 1])``
-        agree.
+        agree.  With three or more classes it is :meth:`predict_log_proba`,
+        shape (n_samples, n_classes).
         """
         lp = self.predict_log_proba(X)
+        if self._multiclass:
+            return lp
         return lp[:, 1] - lp[:, 0]
 
     def predict(self, X):
         """Class with the larger posterior predictive probability."""
         check_is_fitted(self)
+        if self._multiclass:
+            return self.classes_[np.argmax(self.predict_log_proba(X), axis=1)]
         return self.classes_[(self.decision_function(X) > 0).astype(int)]
+
+    def sample_y(self, X, n_samples=1, random_state=None):
+        check_is_fitted(self)
+        self._not_for_multiclass("sample_y")
+        return super().sample_y(X, n_samples=n_samples, random_state=random_state)
+
+    sample_y.__doc__ = ClassifierPredictiveMixin.sample_y.__doc__
+
+    def predict_proba_interval(self, X, alpha=0.1):
+        check_is_fitted(self)
+        self._not_for_multiclass("predict_proba_interval")
+        return super().predict_proba_interval(X, alpha=alpha)
+
+    predict_proba_interval.__doc__ = ClassifierPredictiveMixin.predict_proba_interval.__doc__
+
+    def to_datatree(self, *args, **kwargs):
+        check_is_fitted(self)
+        self._not_for_multiclass("to_datatree")
+        return super().to_datatree(*args, **kwargs)
+
+    to_datatree.__doc__ = ArviZExportMixin.to_datatree.__doc__
 
     # ------------------------------------------- export and predictive hooks
     #: Name of the coefficient dimension in the ArviZ export.

@@ -208,7 +208,20 @@ keep_partial_draws
         self.difference_prior_scale = difference_prior_scale
         self.knot_subsample = knot_subsample
 
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.classifier_tags.multi_class = False
+        return tags
+
     # ----------------------------------------------------------- hooks
+    def _check_multiclass_supported(self):
+        raise ValueError(
+            "Only binary classification is supported. BayesianSplineClassifier's spline "
+            "design has no multinomial model yet; the type of the target is multiclass "
+            f"({len(self.classes_)} classes). "
+            "Wrap it in sklearn.multiclass.OneVsRestClassifier, or use "
+            "BayesianLogisticRegression, which fits the softmax likelihood.")
+
     def _validate_hyperparameters(self):
         super()._validate_hyperparameters()
         for name, value, low, high in (("n_knots", self.n_knots, 2, None),

@@ -17,6 +17,10 @@ sign ``s = sign(L_hat)``; expectations are the ratio estimator
 In logs, with ``B = sum_l X_l`` mini-batches in all,
 ``log |L_hat| = sum_k q_k + a + lambda + sum_b log |(d_hat_b - a) / lambda|`` and
 ``grad log |L_hat| = grad sum_k q_k + sum_b grad d_hat_b / (d_hat_b - a)``.
+With ``K`` linear predictors (multinomial regression) ``d_hat_b`` and its
+gradient come from :meth:`DifferenceEstimator.differences` with the
+``K``-dimensional control variates, and the backward product is
+``sum_i coef_i kron z_i``; nothing else changes.
 Subsample updates redraw ``kappa`` of the ``lambda`` products (their Poisson
 counts and indices), which correlates successive estimates with
 ``rho ~ 1 - kappa / lambda`` (§5).
@@ -153,8 +157,14 @@ class BlockPoissonEstimator:
         with np.errstate(divide="ignore"):
             logs = np.log(np.abs(z) / lam)
         sign = -1.0 if np.count_nonzero(z < 0) % 2 else 1.0
-        coef = g * np.repeat(self._scale / z, m)
-        grad = qgrad + sub.rows.Z.T @ coef + gp
+        if self._rows.n_linear_predictors == 1:
+            coef = g * np.repeat(self._scale / z, m)
+            grad = qgrad + sub.rows.Z.T @ coef + gp
+        else:
+            # K linear predictors: g is (B m, K), the eq. (4.7)-style backprop
+            # is sum_i coef_i kron z_i.
+            coef = g * np.repeat(self._scale / z, m)[:, None]
+            grad = qgrad + self._rows.design_backprop(sub.rows.Z, coef) + gp
         # Variance of the compound-Poisson sum of logs, lambda E[Y^2].
         var = lam * float(logs @ logs) / n_batches
         return Estimate(base + float(logs.sum()), grad, var, sign)

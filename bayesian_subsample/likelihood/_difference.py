@@ -17,6 +17,16 @@ Because ``ell_k`` depends on ``theta`` only through ``eta_k = x_k^T theta``,
 ``m x d`` subsample matrix and O(m) scalar work; the population sum of the
 control variates costs O(d^2) (:meth:`TaylorExpansion.population_sum`).
 
+Several linear predictors (multinomial regression, ``K`` classes; the model's
+``n_linear_predictors``): ``eta_k in R^K``, ``b_k`` is the gradient (K,) and
+``C_k`` the Hessian (K, K) of ``ell_k`` in ``eta_k`` at theta*, and the
+control variate of eq. (4.4) is ``q_k = a_k + b_k^T delta_k + delta_k^T C_k
+delta_k / 2`` with ``delta_k = eta_k - eta*_k``.  The same code computes it
+with ``half_c`` of shape (m, K, K): one estimate costs O(m (d K + K^2)).  The
+variance (4.3) and gradient (4.7) are unchanged, with ``g_i`` of shape (K,)
+and ``x_i g_i`` read as ``g_i kron x_i``.  For ``K = 1`` the original scalar
+expressions run unchanged (bit-identical draws).
+
 Subsample updates follow the block pseudo-marginal scheme of Tran et al.
 (2017) used in §3.3: the ``m`` indices form ``G`` blocks and one proposal
 redraws a single block, so successive log-likelihood estimates have
@@ -59,16 +69,18 @@ class Subsample(NamedTuple):
     #: Row indices ``u``, shape (m,), drawn with replacement.
     indices: np.ndarray
     #: Cached design rows of ``u`` in theta coordinates (a leading column of
-    #: ones when the model has an intercept), shape (m, dim).
+    #: ones when the model has an intercept), shape (m, dim); with K linear
+    #: predictors the rows of one class, shape (m, dim / K).
     Z: np.ndarray
     #: Targets ``y[u]``.
     y: np.ndarray
     #: Observation weights ``w[u]``, or None.
     w: object
-    #: Linear predictor at theta*, ``eta*_u``.
+    #: Linear predictor at theta*, ``eta*_u``, shape (m,) or (m, K).
     eta_star: np.ndarray
     #: Taylor coefficients in ``eta``: value, slope and half the curvature at
-    #: theta*, so that ``q = a + b delta + half_c delta^2``.
+    #: theta*, so that ``q = a + b delta + half_c delta^2``; with K linear
+    #: predictors ``b`` is (m, K) and ``half_c`` (m, K, K).
     a: np.ndarray
     b: np.ndarray
     half_c: np.ndarray
@@ -113,6 +125,20 @@ class DifferenceEstimator:
         self._n_over_m = n / m
         self._n2_over_m2 = (n / m) ** 2
         self.n_obs_per_eval = m
+        #: Linear predictors per row (1 for a GLM, K for multinomial regression).
+        self.n_linear_predictors = int(getattr(model, "n_linear_predictors", 1))
+
+    def design_eta(self, Z, theta):
+        """Linear predictors of the cached design rows ``Z``: (m,) or (m, K)."""
+        if self.n_linear_predictors == 1:
+            return Z @ theta
+        return Z @ theta.reshape(self.n_linear_predictors, -1).T
+
+    def design_backprop(self, Z, coef):
+        """``sum_i coef_i kron z_i`` in theta layout (``Z^T coef`` when K = 1)."""
+        if self.n_linear_predictors == 1:
+            return Z.T @ coef
+        return (coef.T @ Z).ravel()
 
     # ------------------------------------------------------------ subsample
     def _subsample_from(self, indices):
@@ -121,7 +147,7 @@ class DifferenceEstimator:
 
     def _with_coefficients(self, indices, Z, yr, wr):
         ex = self.expansion
-        eta_star = Z @ ex.theta_star
+        eta_star = self.design_eta(Z, ex.theta_star)
         a, b, c = self.model.eta_terms(yr, wr, eta_star, 2)
         half_c = 0.5 * c if ex.order >= 2 else np.zeros_like(c)
         if ex.order < 1:
@@ -168,6 +194,8 @@ class DifferenceEstimator:
     # ------------------------------------------------------------ estimate
     def differences(self, theta, sub):
         """``d_i(theta)`` and ``g_i = d d_i / d eta_i`` on the subsample."""
+        if self.n_linear_predictors != 1:
+            return self._differences_multi(theta, sub)
         eta = sub.Z @ theta
         delta = eta - sub.eta_star
         ell, d1 = self.model.eta_terms(sub.y, sub.w, eta, 1)
@@ -175,6 +203,17 @@ class DifferenceEstimator:
         slope = sub.b + hcd
         # q = a + delta (b + c delta / 2) and dq/deta = b + c delta.
         return ell - (sub.a + delta * slope), d1 - (slope + hcd)
+
+    def _differences_multi(self, theta, sub):
+        """K linear predictors: ``d_i`` (m,) and ``g_i = d d_i / d eta_i`` (m, K)."""
+        eta = self.design_eta(sub.Z, theta)
+        delta = eta - sub.eta_star
+        ell, d1 = self.model.eta_terms(sub.y, sub.w, eta, 1)
+        # (C_i / 2) delta_i for every row: O(m K^2).
+        hcd = np.einsum("ikl,il->ik", sub.half_c, delta)
+        slope = sub.b + hcd
+        # q = a + delta^T (b + C delta / 2) and dq/deta = b + C delta.
+        return ell - (sub.a + np.einsum("ik,ik->i", delta, slope)), d1 - (slope + hcd)
 
     def evaluate(self, theta, sub):
         """Perturbed log posterior estimate, gradient and ``sigma2_hat``."""
@@ -184,8 +223,12 @@ class DifferenceEstimator:
         sigma2 = self._n2_over_m2 * float(dev @ dev)
         qsum, qgrad = self.expansion.population_sum(theta)
         lp, gp = self.prior.logdensity_and_grad(theta)
-        coef = g * (self._n_over_m - self._n2_over_m2 * dev)
-        grad = sub.Z.T @ coef
+        if self.n_linear_predictors == 1:
+            coef = g * (self._n_over_m - self._n2_over_m2 * dev)
+            grad = sub.Z.T @ coef
+        else:
+            coef = g * (self._n_over_m - self._n2_over_m2 * dev)[:, None]
+            grad = self.design_backprop(sub.Z, coef)
         grad += qgrad
         grad += gp
         return Estimate(qsum + self._n_over_m * total - 0.5 * sigma2 + lp, grad, sigma2)

@@ -5,7 +5,10 @@ References
 Dang, K.-D., Quiroz, M., Kohn, R., Tran, M.-N. and Villani, M. (2019).
 Hamiltonian Monte Carlo with energy conserving subsampling. JMLR 20(100).
 Eq. (4.4) (second-order Taylor control variates) and eq. (4.7) (the
-full-data sums ``A(theta*)`` and ``B(theta*)``).
+full-data sums ``A(theta*)`` and ``B(theta*)``).  Models with several linear
+predictors (``n_linear_predictors = K > 1``, multinomial regression) use
+the same full passes (``model.sums``); only the per-row control-variate
+algebra (``delta_k in R^K``) and the curvature bound branch on ``K``.
 """
 
 from __future__ import annotations
@@ -140,6 +143,13 @@ class TallPosterior:
         eta_star = model.eta(expansion.theta_star, Xr)
         _, b, c = model.eta_terms(yr, wr, eta_star, 2)
         d_new, d_old = eta_new - eta_star, eta_old - eta_star
+        if getattr(model, "n_linear_predictors", 1) != 1:
+            # K linear predictors: q_k = a_k + b_k^T delta + delta^T C_k delta / 2.
+            out -= np.einsum("ik,ik->i", b, d_new - d_old)
+            if expansion.order >= 2:
+                out -= 0.5 * (np.einsum("ik,ikl,il->i", d_new, c, d_new)
+                              - np.einsum("ik,ikl,il->i", d_old, c, d_old))
+            return out
         # q_k = a_k + b_k delta + c_k delta^2 / 2 (the a_k cancel).
         out -= b * (d_new - d_old)
         if expansion.order >= 2:
@@ -189,6 +199,8 @@ class TallPosterior:
             If the family has no ``curvature_bound`` or the prior no constant
             ``precision`` (no global bound is then available).
         """
+        if getattr(self.model, "n_linear_predictors", 1) != 1:
+            return self._curvature_bound_matrix_multi()
         c = getattr(self.model.family, "curvature_bound", None)
         if c is None or not np.isfinite(c):
             raise ValueError(
@@ -206,6 +218,35 @@ class TallPosterior:
         for part in model.map_chunks("_block_outer"):
             B += part
         B *= float(c)
+        precision = np.asarray(precision, dtype=np.float64)
+        B += np.diag(precision) if precision.ndim == 1 else precision
+        return 0.5 * (B + B.T), model.n_obs
+
+    def _curvature_bound_matrix_multi(self):
+        """``B = kron(A, sum_k w_k z_k z_k^T) + P`` for K linear predictors.
+
+        ``A`` (K, K) bounds ``-d^2 ell / d eta^2`` in the Loewner order
+        (``family.curvature_bound_eta``; Böhning's ``(I - 1 1^T / K) / 2`` for
+        the softmax), so ``-H_k(theta) <= w_k kron(A, z_k z_k^T)`` for every
+        theta, and ``B`` bounds the Hessian of the potential as in the K = 1
+        case.  One chunked pass; theta layout ``Theta.ravel()``.
+        """
+        model = self.model
+        A = getattr(model.family, "curvature_bound_eta", None)
+        if A is None:
+            raise ValueError(
+                f"The {getattr(model.family, 'name', 'model')!r} family has no bound on the "
+                "curvature of its log-likelihood, so the full-data bouncy particle sampler "
+                "cannot bound its event rate. Use sampler='sbps' or 'hmc'.")
+        precision = getattr(self.prior, "precision", None)
+        if precision is None:
+            raise ValueError(
+                "The prior has no constant precision, so the bouncy particle sampler cannot "
+                "bound its event rate. Use sampler='sbps' or 'hmc'.")
+        S = None
+        for part in model.map_chunks("_block_design_outer"):
+            S = part if S is None else S + part
+        B = np.kron(np.asarray(A, dtype=np.float64), S)
         precision = np.asarray(precision, dtype=np.float64)
         B += np.diag(precision) if precision.ndim == 1 else precision
         return 0.5 * (B + B.T), model.n_obs

@@ -36,6 +36,11 @@ which avoids the cancellation of subtracting two ``d``-vectors (for the
 logistic model ``ell' = y - sigmoid(eta)``, so ``y`` cancels exactly).  One
 forward product gives ``eta*`` and ``eta - eta*`` together.
 
+Several linear predictors (multinomial regression, ``K`` classes): ``r_i``
+is a row of ``K`` residuals, ``sum_S z_i = vec(R^T X_S)`` and the order-2
+residual subtracts ``C_i(theta*) (eta_i - eta*_i)`` with the (K, K) Hessian
+in ``eta``: O(m (d K + K^2)) per call.
+
 Cost, in per-observation gradient evaluations: ``m`` per call for the plain
 estimator and ``2m`` with control variates (the gradient terms at ``theta``
 and at ``theta*`` of every minibatch row; ``ell''(eta*)`` comes with the
@@ -100,7 +105,9 @@ def _grad_eta(model, yr, wr, eta):
     if grad_eta is None:
         return model.eta_terms(yr, wr, eta, 1)[1]
     d1 = grad_eta(yr, eta)
-    return d1 if wr is None else d1 * wr
+    if wr is None:
+        return d1
+    return d1 * wr if d1.ndim == 1 else d1 * wr[:, None]
 
 
 class _GLMGradient:
@@ -191,7 +198,12 @@ class _GLMGradient:
         idx = np.arange(n) if p == n else self.draw_indices(rng, p)
         Xr, yr, wr = self._rows(idx)
         r = self._residuals(position, Xr, yr, wr)
-        Z = self.model.design(Xr) * r[:, None]
+        if r.ndim == 1:
+            Z = self.model.design(Xr) * r[:, None]
+        else:
+            # K linear predictors: per-row terms r_i kron z_i, shape (p, K d).
+            D = self.model.design(Xr)
+            Z = (r[:, :, None] * D[:, None, :]).reshape(len(D), -1)
         S2 = np.atleast_2d(np.cov(Z, rowvar=False)) if p > 1 else np.zeros((Z.shape[1],) * 2)
         V = (n * n / m) * (1.0 - m / n) * S2
         return 0.5 * (V + V.T), self._evals_per_row * p
@@ -236,6 +248,8 @@ class MinibatchObservation:
         if self._factor == 0.0:
             return 0.0
         proj = self._r * self._model.eta(np.asarray(direction, dtype=np.float64), self._Xr)
+        if proj.ndim == 2:  # K linear predictors: u^T (r_i kron z_i) sums over classes
+            proj = proj.sum(axis=1)
         dev = proj - proj.mean()
         return float(self._factor * (dev @ dev))
 
@@ -299,6 +313,8 @@ class ControlVariateGradient(_GLMGradient):
 
     def _residuals(self, position, Xr, yr, wr):
         model = self.model
+        if getattr(model, "n_linear_predictors", 1) != 1:
+            return self._residuals_multi(position, Xr, yr, wr)
         # One forward product for eta* and eta - eta* (columns theta*, Delta).
         both = model.eta(np.column_stack([self.theta_star, position - self.theta_star]), Xr)
         eta_star, d_eta = both[:, 0], both[:, 1]
@@ -310,6 +326,21 @@ class ControlVariateGradient(_GLMGradient):
         r = _grad_eta(model, yr, wr, eta_star + d_eta)
         r -= d1_star
         r -= d2_star * d_eta
+        return r
+
+    def _residuals_multi(self, position, Xr, yr, wr):
+        """K linear predictors: residuals (m, K), ``C_i* delta_i`` by O(m K^2) products."""
+        model = self.model
+        eta_star = model.eta(self.theta_star, Xr)
+        d_eta = model.eta(position - self.theta_star, Xr)
+        if self.order == 1:
+            r = _grad_eta(model, yr, wr, eta_star + d_eta)
+            r -= _grad_eta(model, yr, wr, eta_star)
+            return r
+        _, d1_star, d2_star = model.eta_terms(yr, wr, eta_star, 2)
+        r = _grad_eta(model, yr, wr, eta_star + d_eta)
+        r -= d1_star
+        r -= np.einsum("ikl,il->ik", d2_star, d_eta)
         return r
 
     def _population_term(self, position):

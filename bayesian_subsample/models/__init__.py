@@ -3,6 +3,7 @@
 from ._glm import (DEFAULT_CHUNK_SIZE, GLM, GaussianFamily, LogisticFamily, PoissonFamily,
                    serial_map)
 from ._linear import LinearRegressionFamily, LinearRegressionGLM, LinearRegressionPrior
+from ._multinomial import MultinomialGLM, SoftmaxFamily, softmax_log_proba
 from ._predictive import PredictiveFamily
 from ._basis import BasisGLM, BSplineBasis, spline_prior_precision
 from ._mrf import BinaryMRF
@@ -24,8 +25,11 @@ __all__ = [
     "LogisticFamily",
     "MLP",
     "MLPModel",
+    "MultinomialGLM",
     "PoissonFamily",
     "PredictiveFamily",
     "serial_map",
+    "SoftmaxFamily",
+    "softmax_log_proba",
     "spline_prior_precision",
 ]

@@ -231,6 +231,11 @@ class GLM:
         Rows per chunk in full passes.
     """
 
+    #: One linear predictor per observation (``eta`` of shape (m,)); the
+    #: multinomial model (:class:`~bayesian_subsample.models.MultinomialGLM`)
+    #: has ``K`` and the likelihood layer branches on this.
+    n_linear_predictors = 1
+
     def __init__(self, X, y, family, sample_weight=None, fit_intercept=True,
                  chunk_size=DEFAULT_CHUNK_SIZE):
         if X.ndim != 2:

@@ -1,0 +1,230 @@
+"""Multinomial (softmax) regression: a GLM in K linear predictors.
+
+The categorical likelihood with ``K`` classes has one linear predictor per
+class, ``eta_ik = z_i^T theta_k`` with ``z_i = (1, x_i)`` (or ``x_i`` without
+an intercept) and ``Theta = (theta_1, ..., theta_K)^T`` of shape ``(K, p)``,
+``p = n_features + fit_intercept``.  The parameter vector the samplers see is
+``theta = Theta.ravel()`` (class-major: row ``k`` is ``(intercept_k, coef_k)``).
+
+Per observation, with ``s_i = softmax(eta_i)``::
+
+    ell_i      = w_i (eta_{i,y_i} - logsumexp(eta_i))
+    d ell_i    = w_i (e_{y_i} - s_i)                       (K,)
+    d2 ell_i   = -w_i (diag(s_i) - s_i s_i^T)              (K, K)
+
+and in ``theta``: ``grad ell_i = (d ell_i) kron z_i`` and
+``H_i = (d2 ell_i) kron z_i z_i^T``.  So the likelihood layer keeps the GLM
+structure of Dang et al. (2019): the Taylor control variates of eq. (4.4)
+become ``q_i = a_i + b_i^T delta_i + delta_i^T C_i delta_i / 2`` with
+``delta_i = eta_i - eta_i* in R^K``, one estimate costs O(m (p K + K^2)), and
+the population sums ``A(theta*)``, ``B(theta*)`` of eq. (4.7) come from one
+chunked pass (:meth:`MultinomialGLM.sums`).
+
+Curvature bound (Böhning, 1992): for every ``eta``,
+``diag(s) - s s^T <= (1/2)(I - 1 1^T / K)`` in the Loewner order, so the
+negative Hessian of the log-likelihood in ``theta`` is bounded by
+``sum_i w_i kron(A, z_i z_i^T)`` with ``A = (I - 1 1^T / K) / 2``, which is
+what the full-data bouncy particle sampler needs
+(:meth:`~bayesian_subsample.likelihood.TallPosterior.curvature_bound_matrix`).
+
+References
+----------
+Böhning, D. (1992). Multinomial logistic regression algorithm. Annals of the
+Institute of Statistical Mathematics 44, 197-200.
+Dang, K.-D., Quiroz, M., Kohn, R., Tran, M.-N. and Villani, M. (2019).
+Hamiltonian Monte Carlo with energy conserving subsampling. JMLR 20(100).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ._glm import DEFAULT_CHUNK_SIZE, GLM
+
+__all__ = ["SoftmaxFamily", "MultinomialGLM", "softmax_log_proba"]
+
+
+def softmax_log_proba(eta):
+    """Row-wise ``log softmax(eta)`` by log-sum-exp, stable for any finite ``eta``."""
+    top = eta.max(axis=-1, keepdims=True)
+    shifted = eta - top
+    return shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
+
+
+class SoftmaxFamily:
+    """Categorical likelihood with the softmax link in ``K`` linear predictors.
+
+    ``log p(y | eta) = eta_y - logsumexp(eta)`` for ``y`` in ``{0, ..., K-1}``.
+    Derivatives in ``eta`` (shape (m, K) and (m, K, K)): ``e_y - s`` and
+    ``-(diag(s) - s s^T)`` with ``s = softmax(eta)``.
+
+    Parameters
+    ----------
+    n_classes : int
+        ``K >= 2``.
+    """
+
+    name = "softmax"
+    #: No scalar bound: the bound is the matrix :attr:`curvature_bound_eta`.
+    curvature_bound = None
+
+    def __init__(self, n_classes):
+        n_classes = int(n_classes)
+        if n_classes < 2:
+            raise ValueError(f"SoftmaxFamily needs at least 2 classes, got {n_classes}.")
+        self.n_classes = n_classes
+        #: Böhning's (1992) bound ``A = (I - 1 1^T / K) / 2`` on ``-d2 ell / d eta2``.
+        self.curvature_bound_eta = 0.5 * (np.eye(n_classes)
+                                          - np.full((n_classes, n_classes), 1.0 / n_classes))
+
+    def validate_target(self, y):
+        """Raise ValueError unless every ``y`` is an integer code in ``0..K-1``."""
+        y = np.asarray(y)
+        if not np.all((y == np.round(y)) & (y >= 0) & (y < self.n_classes)):
+            raise ValueError(f"SoftmaxFamily needs targets coded 0..{self.n_classes - 1}.")
+
+    def loglik(self, y, eta, order=0):
+        """Log-likelihood terms (m,) and their ``eta``-derivatives (m, K), (m, K, K)."""
+        logp = softmax_log_proba(eta)
+        rows = np.arange(len(y))
+        ell = logp[rows, y]
+        if order == 0:
+            return (ell,)
+        s = np.exp(logp)
+        d1 = -s
+        d1[rows, y] += 1.0
+        if order == 1:
+            return ell, d1
+        d2 = s[:, :, None] * s[:, None, :]
+        diag = np.arange(eta.shape[1])
+        d2[:, diag, diag] -= s
+        return ell, d1, d2
+
+    def grad_eta(self, y, eta):
+        """``d ell / d eta = e_y - softmax(eta)`` alone, shape (m, K)."""
+        d1 = -np.exp(softmax_log_proba(eta))
+        d1[np.arange(len(y)), y] += 1.0
+        return d1
+
+
+class MultinomialGLM(GLM):
+    """Per-observation log-likelihood of multinomial (softmax) regression.
+
+    Implements the methods the likelihood layer calls on :class:`GLM`
+    (``rows``, ``chunks``, ``eta``, ``eta_terms``, ``backprop``,
+    ``weighted_outer``, ``design``, ``sums``, ``grad_sum``) with ``K``
+    linear predictors: ``eta`` has shape (m, K), ``backprop`` takes (m, K)
+    and ``weighted_outer`` (m, K, K) per-row curvature.  ``theta`` is
+    ``Theta.ravel()`` with ``Theta`` of shape (K, p) (module notes).
+
+    Parameters
+    ----------
+    X : array-like of shape (n_obs, n_features)
+    y : ndarray of shape (n_obs,)
+        Class codes ``0..K-1``.
+    n_classes : int
+        ``K``.
+    sample_weight, fit_intercept, chunk_size
+        As for :class:`GLM`.
+    """
+
+    def __init__(self, X, y, n_classes, sample_weight=None, fit_intercept=True,
+                 chunk_size=DEFAULT_CHUNK_SIZE):
+        family = SoftmaxFamily(n_classes)
+        super().__init__(X, np.asarray(y, dtype=np.float64), family,
+                         sample_weight=sample_weight, fit_intercept=fit_intercept,
+                         chunk_size=chunk_size)
+        family.validate_target(self.y)
+        # Integer codes: the likelihood indexes eta by class.
+        self.y = self.y.astype(np.intp)
+        self.n_classes = family.n_classes
+
+    @property
+    def n_linear_predictors(self):
+        """``K``, the number of linear predictors per observation."""
+        return self.n_classes
+
+    @property
+    def n_design(self):
+        """``p``: length of one class's parameter row (intercept and coefficients)."""
+        return self.n_features + int(self.fit_intercept)
+
+    @property
+    def dim(self):
+        """Length of ``theta``: ``K p``."""
+        return self.n_classes * self.n_design
+
+    # ----------------------------------------------------- linear predictor
+    def eta(self, theta, Xr):
+        """Linear predictors ``Z Theta^T``, shape (m, K)."""
+        Theta = np.asarray(theta).reshape(self.n_classes, self.n_design)
+        if self.fit_intercept:
+            return Xr @ Theta[:, 1:].T + Theta[:, 0]
+        return Xr @ Theta.T
+
+    def backprop(self, Xr, g):
+        """Gradient in ``theta`` of ``sum_i s_i(eta_i)`` given ``g_i = ds_i/deta_i`` (m, K)."""
+        out = np.empty((self.n_classes, self.n_design))
+        if self.fit_intercept:
+            out[:, 0] = g.sum(axis=0)
+            out[:, 1:] = g.T @ Xr
+        else:
+            out[:] = g.T @ Xr
+        return out.ravel()
+
+    def weighted_outer(self, Xr, c):
+        """``sum_i kron(c_i, z_i z_i^T)`` in ``theta`` layout for ``c`` of shape (m, K, K).
+
+        One ``p x p`` weighted product per pair ``k <= l`` (a loop over the
+        ``K (K + 1) / 2`` class pairs, not over rows).
+        """
+        K, p = self.n_classes, self.n_design
+        Z = self.design(Xr)
+        out = np.empty((K, p, K, p))
+        for k in range(K):
+            for l in range(k, K):
+                block = (Z * c[:, k, l][:, None]).T @ Z
+                out[k, :, l, :] = block
+                if l != k:
+                    out[l, :, k, :] = block.T
+        return out.reshape(K * p, K * p)
+
+    def design_outer(self, Xr, w):
+        """``sum_i w_i z_i z_i^T``, shape (p, p) (for curvature bounds)."""
+        Z = self.design(Xr)
+        return (Z * w[:, None]).T @ Z
+
+    # ---------------------------------------------- per-observation terms
+    def eta_terms(self, yr, wr, eta, order=0):
+        """Weighted ``(ell, d ell/d eta, d2 ell/d eta2)``: shapes (m,), (m, K), (m, K, K)."""
+        out = self.family.loglik(yr, eta, order)
+        if wr is None:
+            return out
+        return tuple(t * wr.reshape((-1,) + (1,) * (t.ndim - 1)) for t in out)
+
+    def loglik_grad(self, theta, idx):
+        """Per-observation gradients, shape (m, dim)."""
+        Xr, yr, wr = self.rows(idx)
+        _, d1 = self.eta_terms(yr, wr, self.eta(theta, Xr), 1)
+        Z = self.design(Xr)
+        return (d1[:, :, None] * Z[:, None, :]).reshape(len(Z), -1)
+
+    def loglik_hessian(self, theta, idx):
+        """Per-observation Hessians, shape (m, dim, dim) (for tests and small m)."""
+        Xr, yr, wr = self.rows(idx)
+        _, _, d2 = self.eta_terms(yr, wr, self.eta(theta, Xr), 2)
+        Z = self.design(Xr)
+        m, K, p = len(Z), self.n_classes, self.n_design
+        H = d2[:, :, None, :, None] * Z[:, None, :, None, None] * Z[:, None, None, None, :]
+        return H.reshape(m, K * p, K * p)
+
+    def _block_grad(self, Xr, yr, wr, theta):
+        """One chunk's gradient sum for :meth:`GLM.grad_sum` (weights per row, K columns)."""
+        d1 = self.family.grad_eta(yr, self.eta(theta, Xr))
+        if wr is not None:
+            d1 = d1 * wr[:, None]
+        return self.backprop(Xr, d1)
+
+    def _block_design_outer(self, Xr, yr, wr):
+        """One chunk's ``sum_i w_i z_i z_i^T`` (unit weights when unweighted)."""
+        return self.design_outer(Xr, np.ones(len(Xr)) if wr is None else wr)
