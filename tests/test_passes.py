@@ -20,7 +20,8 @@ from bayesian_subsample.estimators import _passes
 from bayesian_subsample.estimators._passes import JoblibChunkMap, set_up_passes
 from bayesian_subsample.likelihood import TallPosterior
 from bayesian_subsample.models import (GLM, BasisGLM, BSplineBasis, GaussianPrior,
-                                       LinearRegressionGLM, LogisticFamily, serial_map)
+                                       LinearRegressionGLM, LogisticFamily, MultinomialGLM,
+                                       SoftmaxFamily, serial_map)
 
 
 def _posterior(kind, chunk_size=700):
@@ -34,6 +35,9 @@ def _posterior(kind, chunk_size=700):
         st = SplineTransformer(n_knots=5).fit(X[:, :2])
         basis = BSplineBasis([b.t for b in st.bsplines_], degree=3, include_bias=False)
         model = BasisGLM(X[:, :2], y, LogisticFamily(), basis, chunk_size=chunk_size)
+    elif kind == "softmax":
+        labels = np.digitize(X[:, 0] + 0.5 * rng.standard_normal(6000), [-0.5, 0.5])
+        model = MultinomialGLM(X, labels, 3, sample_weight=w, chunk_size=chunk_size)
     else:
         model = LinearRegressionGLM(X, X @ [1.0, 2.0, 0.0, -1.0] + rng.standard_normal(6000),
                                     chunk_size=chunk_size)
@@ -44,7 +48,7 @@ def _passes_of(post):
     theta = np.linspace(-0.2, 0.3, post.dim)
     ex = post.expand(theta)
     out = [ex.loglik, ex.grad, ex.hess, post.model.grad_sum(theta)]
-    if isinstance(post.model.family, LogisticFamily):
+    if isinstance(post.model.family, (LogisticFamily, SoftmaxFamily)):
         out.append(post.curvature_bound_matrix()[0])
         out.append(post.mode()[0])
     return out
@@ -55,7 +59,7 @@ def _assert_identical(a, b):
         assert np.array_equal(np.asarray(x), np.asarray(y)), np.max(np.abs(np.subtract(x, y)))
 
 
-@pytest.mark.parametrize("kind", ["logistic", "spline", "linear"])
+@pytest.mark.parametrize("kind", ["logistic", "spline", "linear", "softmax"])
 @pytest.mark.parametrize("backend", ["threading", "loky"])
 def test_passes_bit_identical_on_joblib_backends(kind, backend):
     post = _posterior(kind)
