@@ -116,3 +116,26 @@ def test_estimator_set_up_goes_through_joblib(monkeypatch):
             est = BayesianLogisticRegression(**settings).fit(X, y)
     assert calls and all(n == 3 for n in calls)  # 40,000 rows in chunks of 16,384
     np.testing.assert_array_equal(est.coef_draws_, ref)
+
+
+def _blas_threads(_item=None):
+    from threadpoolctl import threadpool_info
+
+    return max(i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas")
+
+
+@pytest.mark.parametrize("backend", ["threading", "loky"])
+def test_set_up_passes_run_single_threaded_blas_and_restore_it(backend):
+    """One BLAS policy for the whole fit (issue 15): the set-up chunks run with
+    one BLAS thread, in this process and in process workers alike, and the
+    caller's thread count is back afterwards."""
+    from threadpoolctl import threadpool_limits
+
+    post = _posterior("logistic")
+    with threadpool_limits(2, user_api="blas"):
+        before = _blas_threads()
+        with parallel_config(backend=backend, n_jobs=2), set_up_passes(post, None):
+            assert _blas_threads() == 1
+            seen = post.model.chunk_map(_blas_threads, range(4))
+        assert _blas_threads() == before
+    assert seen == [1, 1, 1, 1]

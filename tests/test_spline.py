@@ -37,7 +37,8 @@ def _quiet(fn, *args, **kwargs):
         return fn(*args, **kwargs)
 
 
-def _spline_model(n=3000, seed=0, chunk_size=700, weights=False, X=None, y=None):
+def _spline_model(n=3000, seed=0, chunk_size=700, weights=False, X=None, y=None,
+                  **model_kwargs):
     rng = np.random.default_rng(seed)
     if X is None:
         X = rng.standard_normal((n, 3)) * [1.0, 2.0, 0.5]
@@ -46,8 +47,49 @@ def _spline_model(n=3000, seed=0, chunk_size=700, weights=False, X=None, y=None)
                            extrapolation="linear").fit(np.asarray(X[:500]))
     w = rng.integers(1, 4, X.shape[0]).astype(float) if weights else None
     model = BasisGLM(X, y, LogisticFamily(), BSplineBasis.from_spline_transformer(st),
-                     sample_weight=w, chunk_size=chunk_size)
+                     sample_weight=w, chunk_size=chunk_size, **model_kwargs)
     return model, st, w
+
+
+def test_design_cache_gives_identical_sums_and_respects_its_budget(monkeypatch):
+    n, chunk = 3000, 700
+    cached, _, w = _spline_model(n=n, chunk_size=chunk, weights=True)
+    uncached, _, _ = _spline_model(n=n, chunk_size=chunk, weights=True, design_cache_bytes=0)
+    # A budget of 2.2 chunks keeps exactly two (the last, 200-row chunk would exceed it).
+    chunk_bytes = chunk * cached.n_features * 8
+    budget = int(2.2 * chunk_bytes)
+    small, _, _ = _spline_model(n=n, chunk_size=chunk, weights=True, design_cache_bytes=budget)
+    calls = []
+    original = BSplineBasis.transform
+
+    def counting(self, Xb):
+        calls.append(np.asarray(Xb).shape[0])
+        return original(self, Xb)
+
+    monkeypatch.setattr(BSplineBasis, "transform", counting)
+    theta = np.random.default_rng(4).normal(0, 0.3, cached.dim)
+    reference = uncached.sums(theta, order=2)
+    reference_grad = uncached.grad_sum(theta)
+    expanded = {}
+    for name, model in (("cached", cached), ("small", small)):
+        for _ in range(3):  # the first pass fills the cache, the next ones read it
+            calls.clear()
+            for a, b in zip(model.sums(theta, order=2), reference):
+                assert np.array_equal(a, b)
+            assert np.array_equal(model.grad_sum(theta), reference_grad)
+        expanded[name] = sum(calls)  # rows re-expanded by the last two passes
+    assert cached.cache_nbytes == n * cached.n_features * 8 and expanded["cached"] == 0
+    assert small.cache_nbytes == 2 * chunk_bytes <= budget
+    assert expanded["small"] == 2 * (n - 2 * chunk)
+    assert uncached.cache_nbytes == 0
+    # Cached chunks are read-only, and the cache is neither pickled nor shared by copies.
+    Z, _, _ = cached.chunk_rows(0, chunk)
+    assert not Z.flags.writeable
+    clone_ = pickle.loads(pickle.dumps(cached))
+    assert clone_.cache_nbytes == 0
+    assert np.array_equal(clone_.grad_sum(theta), cached.grad_sum(theta))
+    with pytest.raises(ValueError, match="design_cache_bytes"):
+        _spline_model(design_cache_bytes=-1)
 
 
 # ------------------------------------------------------------------ basis
@@ -103,7 +145,8 @@ def test_memmap_is_read_in_chunks_and_never_copied(tmp_path, monkeypatch):
     mm.flush()
     X = np.memmap(path, dtype=np.float64, mode="r", shape=(n, 3))
     y = (rng.random(n) < 0.3).astype(float)
-    model, _, _ = _spline_model(X=X, y=y, chunk_size=chunk)
+    # Without the design cache (budget 0) a pass holds one expanded chunk at a time.
+    model, _, _ = _spline_model(X=X, y=y, chunk_size=chunk, design_cache_bytes=0)
     assert model.X is X
     seen = []
     original = BSplineBasis.transform
@@ -121,6 +164,7 @@ def test_memmap_is_read_in_chunks_and_never_copied(tmp_path, monkeypatch):
     assert max(seen) <= chunk and sum(seen) == n
     dense_bytes = n * model.n_features * 8  # the n x basis design: 7.7 MB here
     assert peak < dense_bytes / 2
+    assert model.cache_nbytes == 0
 
     # The estimator reads the memmap by chunks and gathers too (no full copy).
     seen.clear()

@@ -47,7 +47,6 @@ import numpy as np
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils import check_random_state
 from sklearn.utils.parallel import Parallel, delayed
-from threadpoolctl import threadpool_limits
 
 from ..diagnostics import (
     computational_time,
@@ -60,6 +59,7 @@ from ..diagnostics import (
 )
 from ..samplers import SAMPLERS, SamplerConfig
 from ._validation import user_stacklevel
+from ._passes import SingleThreadedBLAS as _SingleThreadedBLAS
 from ._passes import set_up_passes
 
 __all__ = ["resolve_sampler", "seed_sequences", "run_chains", "check_positive_float",
@@ -414,44 +414,6 @@ def seed_sequences(random_state, n_children):
             f"Generator, got {random_state!r}."
         )
     return np.random.SeedSequence(entropy).spawn(n_children)
-
-
-class _SingleThreadedBLAS:
-    """Process-wide "BLAS runs on one thread", reference-counted across threads.
-
-    ``threadpool_limits`` changes a process-wide setting and restores, on
-    exit, the value it saw on entry.  Entered and left by several chains at
-    once (joblib's threading backend, a dask worker with several threads) the
-    saved values interleave: a chain could run part of its math with the
-    caller's thread count (draws then differ in the last digits between runs)
-    and the last chain to leave could restore 1 instead of the caller's value.
-    Here the first chain of a process to enter sets the limit and the last to
-    leave restores the value from before the first, under a lock, so every
-    chain runs all of its math single-threaded and the process gets back its
-    own setting.  Process backends (loky, multiprocessing, dask worker
-    processes) each hold their own count.
-    """
-
-    _lock = threading.Lock()
-    _depth = 0
-    _limiter = None
-
-    def __enter__(self):
-        cls = type(self)
-        with cls._lock:
-            if cls._depth == 0:
-                cls._limiter = threadpool_limits(limits=1, user_api="blas")
-            cls._depth += 1
-        return self
-
-    def __exit__(self, *exc):
-        cls = type(self)
-        with cls._lock:
-            cls._depth -= 1
-            if cls._depth == 0:
-                limiter, cls._limiter = cls._limiter, None
-                limiter.restore_original_limits()
-        return False
 
 
 def _run_one_chain(config, seed, posterior, prepared, n_warmup, n_draws, stop=None,
