@@ -82,17 +82,23 @@ def test_sklearn_compatible_estimator(estimator, check):
 @pytest.mark.slow
 @parametrize_with_checks(_every_sampler(), expected_failed_checks=_expected_failed_checks)
 def test_sklearn_compatible_with_every_sampler(estimator, check):
-    if estimator.sampler in _SBPS_ON_TINY_DATA:
-        # Known open defect (issue 16): on the checks' data sets of a few dozen
-        # rows, SBPS and pSBPS at their defaults often leave the region the
-        # escape check of issue 18 allows and stop with its ValueError, also
-        # on posteriors that are proper.  Marked so the grid stays green while
-        # it is fixed; strict=False because some checks do pass.
-        pytest.xfail(_SBPS_ON_TINY_DATA[estimator.sampler])
+    name = getattr(check, "func", check).__name__
+    if estimator.sampler in ("sbps", "psbps") and (type(estimator).__name__, name) \
+            in _IMPROPER_FOR_PDMP:
+        pytest.xfail(_IMPROPER_FOR_PDMP[type(estimator).__name__, name])
     _check(estimator, check)
 
 
-_SBPS_ON_TINY_DATA = {
-    name: f"{name} stops with its escape error on the checks' tiny data (open, issue 16)"
-    for name in ("sbps", "psbps")
+#: Checks whose data give a genuinely improper posterior: an exact linear fit
+#: (y = X[:, 0], or two distinct rows with an intercept) with the noise scale
+#: unknown.  In the natural parameter tau = 1 / sigma the posterior density
+#: grows like tau^(n - p - 2) (p coefficients, half-normal prior on sigma), so
+#: it is not integrable when n >= p + 1.  SBPS and pSBPS end such a fit with
+#: their escape error naming the cause (issue 18), which is the documented
+#: behaviour; the check requires the fit to succeed.
+_IMPROPER_FOR_PDMP = {
+    ("BayesianLinearRegression", check): (
+        "exact linear fit with unknown noise: improper posterior, SBPS stops with a "
+        "clear error (documented)")
+    for check in ("check_regressors_no_decision_function", "check_sample_weights_shape")
 }

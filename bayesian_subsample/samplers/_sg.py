@@ -103,7 +103,7 @@ _BIAS_WARN = 0.10
 #: Positions and pilot rows used to predict the gradient-noise covariance.
 _N_PILOT_POSITIONS = 3
 _N_PILOT_ROWS = 2000
-#: Cap of SG-HMC's automatic number of updates per draw.
+#: Cap of SG-HMC's and SGLD's automatic number of updates per draw.
 _MAX_AUTO_STEPS = 1000
 #: Consecutive divergent warm-up updates after which a chain restarts at theta*.
 _MAX_STUCK = 20
@@ -601,9 +601,26 @@ class SGLD(_SGFamily):
     mass_matrix : {"dense", "diagonal", "identity"}, default="dense"
         Preconditioner ``M``: the negative Hessian of the log posterior at
         theta*, its diagonal, or the identity (plain SGLD).
-    n_steps_per_draw : int, default=1
-        Updates between stored draws (thinning); the paper's comparisons
-        run SGLD for ``L`` times as many iterations as HMC-ECS (§6.4).
+    n_steps_per_draw : "auto" or int, default="auto"
+        Updates between stored draws.  ``"auto"``: ``ceil(2 / (eps
+        lambda_min))`` (at most 1,000), ``lambda_min`` the smallest eigenvalue
+        of the Hessian at theta* in the metric of the mass matrix (1 for the
+        default dense metric, so 10 updates at the default step): each draw
+        spans one relaxation time ``2 / lambda_min`` of the Langevin diffusion
+        in the flattest direction of the Laplace approximation (its
+        autocorrelation there is ``exp(-1)`` per draw).  One update per draw
+        left the chain strongly autocorrelated: on the breast-cancer data
+        (569 rows, 30 features) the posterior is up to 4.5 times wider in
+        variance than the Laplace approximation, the integrated
+        autocorrelation time was about 45 updates, and the default run's
+        bulk ESS was 19-37 with means off by 0.22-0.41 posterior sd (seeds
+        0-4); with ``"auto"`` (10 updates, ten times the gradient evaluations
+        per draw) ESS 680-910, means within 0.07-0.16 sd and sds within 8%
+        (seeds 0-4, against the long HMC run of
+        ``benchmarks/bench_breast_cancer.py``).  For comparison, Dang et al.
+        (2019, §6.4) run SGLD for ``L`` times as many iterations as HMC-ECS
+        (the same number of gradient evaluations), ``L`` being HMC-ECS's
+        leapfrog steps per draw.
     reference_fraction : float, default=0.01
         Fraction of the data whose posterior mode is the first theta*.
 
@@ -635,7 +652,7 @@ class SGLD(_SGFamily):
     name = "sgld"
 
     def __init__(self, subsample_size="auto", control_variates=True, taylor_order=2,
-                 step_size="auto", mass_matrix="dense", n_steps_per_draw=1,
+                 step_size="auto", mass_matrix="dense", n_steps_per_draw="auto",
                  reference_fraction=0.01):
         self.subsample_size = subsample_size
         self.control_variates = control_variates
@@ -647,10 +664,29 @@ class SGLD(_SGFamily):
 
     def validate(self, n_obs):
         self._validate_common(n_obs)
-        check_positive_int(self.n_steps_per_draw, "n_steps_per_draw")
+        if not (isinstance(self.n_steps_per_draw, str) and self.n_steps_per_draw == "auto"):
+            check_positive_int(self.n_steps_per_draw, "n_steps_per_draw")
 
     def _auto_step(self, lam):
         return SGLD_STEP_FACTOR / lam
+
+    def _check_bias(self, expansion, metric, eps, V):
+        super()._check_bias(expansion, metric, eps, V)
+        # The flattest curvature of the Laplace approximation in the metric,
+        # for n_steps_per_draw="auto" (the metric is fixed after prepare).
+        lam_min = float(eigenvalue_range(expansion.neg_hessian, metric.inverse_mass_matrix)[0])
+        self._bias_report["lambda_min"] = lam_min
+
+    def _n_steps(self, eps):
+        if isinstance(self.n_steps_per_draw, str):
+            # 1 is lambda_min for the default dense metric (M = H at theta*).
+            lam_min = getattr(self, "_bias_report", {}).get("lambda_min", 1.0)
+            if not (np.isfinite(lam_min) and lam_min > 0):
+                lam_min = 1.0 / _MAX_AUTO_STEPS
+            # (a relative 1e-6 absorbs round-off in lambda_min = 1 of the dense metric)
+            steps = math.ceil(2.0 / (eps * lam_min) * (1.0 - 1e-6))
+            return int(max(1, min(_MAX_AUTO_STEPS, steps)))
+        return int(self.n_steps_per_draw)
 
     def _max_move(self, expansion, metric, eps, kernel):
         """Largest plausible move of one update in posterior sds (see ``_MoveGuard``):
@@ -663,7 +699,7 @@ class SGLD(_SGFamily):
         return sgld_variance_inflation(eps, lam, v)
 
     def _make_kernel(self, rng, position, metric, eps):
-        return _SGLDKernel(metric, eps, int(self.n_steps_per_draw)), sgld.init(position)
+        return _SGLDKernel(metric, eps, self._n_steps(eps)), sgld.init(position)
 
 
 class SGHMC(_SGFamily):
