@@ -216,8 +216,10 @@ def make_ratings_like(n_users=6000, n_items=4000, n_ratings=1_000_000, n_compone
 
     ``r = mean_rating + b_u + c_i + U_u . V_i + N(0, noise_sd^2)`` with
     ``b_u ~ N(0, user_bias_sd^2)``, ``c_i ~ N(0, item_bias_sd^2)`` and factor
-    entries ``N(0, s^2)``, ``s = (interaction_sd^2 / n_components)^(1/4)``, so
-    the interaction ``U_u . V_i`` has standard deviation ``interaction_sd``.
+    entries of column ``k`` ``N(0, s_k^2)`` with ``s_k^4`` proportional to
+    ``0.8^k`` (a few strong latent directions and a tail, as in real rating
+    matrices), scaled so that the interaction ``U_u . V_i`` has standard
+    deviation ``interaction_sd``.
     Users and items are drawn with log-normal activity and popularity
     (a few heavy raters and blockbusters, a long tail, as in MovieLens), each
     (user, item) pair at most once.  Ratings are continuous (not rounded) so
@@ -257,7 +259,10 @@ def make_ratings_like(n_users=6000, n_items=4000, n_ratings=1_000_000, n_compone
         keys = new[np.sort(first)]
     keys = keys[:n_ratings]
     users, items = keys // n_items, keys % n_items
-    s = (interaction_sd ** 2 / K) ** 0.25
+    # Component k carries a share of the interaction variance decaying as
+    # 0.8^k (real rating matrices have a few strong directions and a tail).
+    share = 0.8 ** np.arange(K)
+    s = np.sqrt(interaction_sd * np.sqrt(share / share.sum()))
     U = s * rng.standard_normal((n_users, K))
     V = s * rng.standard_normal((n_items, K))
     b = user_bias_sd * rng.standard_normal(n_users)

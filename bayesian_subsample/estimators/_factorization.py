@@ -54,8 +54,11 @@ __all__ = ["BayesianMatrixFactorization"]
 _PREDICT_ROWS = 65536
 _METHODS = ("sghmc", "sgld", "sgd", "sgd_momentum")
 _OPTIMISERS = ("sgd", "sgd_momentum")
-#: "auto" learning rate: this step per rating (standardised scale) per appearance.
-_AUTO_RATE_PER_RATING = 0.01
+#: "auto" learning rate: this step per rating (standardised scale) per appearance
+#: in a minibatch, for the samplers and for the optimisers.  The samplers gain
+#: from the larger step (faster mixing, so a better running predictive mean in
+#: a few dozen passes); the optimisers' final iterate is too noisy with it.
+_AUTO_RATE_PER_RATING = {"sampler": 0.01, "optimiser": 0.001}
 
 
 def _check_int(value, name, minimum):
@@ -108,9 +111,24 @@ class _FactorizationSG(ModelSG):
 
     def run_chain(self, rng, posterior, prepared, n_warmup, n_draws, callback=None, stop=None,
                   resume=None):
+        f = posterior.model.factorization
+        init_cost, init_time = 0, 0.0
+        n_init = int(getattr(self, "n_init_passes", 0))
+        if resume is None and n_init > 0 and self.method not in _OPTIMISERS:
+            # Start the sampler from a point estimate (as BPMF starts its Gibbs
+            # sampler from the MAP PMF solution): SGD with momentum at the
+            # hyper-prior mean precisions.
+            start = ModelSG(method="sgd_momentum", subsample_size=self.subsample_size,
+                            learning_rate=self.learning_rate,
+                            momentum_decay=self.momentum_decay, n_networks_kept=1)
+            first = run_model_chain(start, rng, posterior, 0, n_init, stop=stop)
+            init_cost = first.n_obs_evaluated_sampling
+            init_time = first.wall_time_sampling
+            if first.extra["diverged_at"] is None:
+                resume = {"position": first.draws[-1], "hyper": first.extra["final_hyper"],
+                          "n_users": f.n_users, "n_items": f.n_items}
         if resume is not None:
             posterior = _WarmStart(posterior, resume, rng)
-        f = posterior.model.factorization
         eval_set = getattr(self, "eval_set", None)
         trace, record = None, None
         if eval_set is not None:
@@ -134,7 +152,10 @@ class _FactorizationSG(ModelSG):
         if extra["diverged_at"] is None:
             token = {"position": result.draws[-1].copy(), "hyper": extra["final_hyper"],
                      "n_users": f.n_users, "n_items": f.n_items}
-        return result._replace(extra=extra, resume=token)
+        return result._replace(
+            extra=extra, resume=token,
+            n_obs_evaluated_warmup=result.n_obs_evaluated_warmup + int(init_cost),
+            wall_time_warmup=result.wall_time_warmup + init_time)
 
 
 class _WarmStart:
@@ -186,10 +207,12 @@ class BayesianMatrixFactorization(SampledModelMixin, RegressorMixin, BaseEstimat
         ratings.
     learning_rate : "auto" or float, default="auto"
         ``eta`` per unit of the full-data log-posterior gradient (the
-        minibatch sum is scaled by ``n / m``).  "auto" is ``0.01 * m / n``: a
-        step of 0.01 per rating each time it appears in a minibatch (the
+        minibatch sum is scaled by ``n / m``).  "auto" is ``rho * m / n``: a
+        step of ``rho`` per rating each time it appears in a minibatch (the
         per-rating step of classical SGD matrix factorisation, on
-        standardised ratings).
+        standardised ratings), ``rho = 0.01`` for the samplers and 0.001 for
+        the optimisers (whose final iterate is noisy at 0.01).  The driver
+        further divides it by the noise precision when that exceeds 1.
     momentum_decay : float in (0, 1], default=0.1
         ``alpha`` of SG-HMC and SGD with momentum.
     prior_shape, prior_rate : float, default=1.0
@@ -208,6 +231,14 @@ class BayesianMatrixFactorization(SampledModelMixin, RegressorMixin, BaseEstimat
         Passes over all the ratings seen so far made by each
         :meth:`partial_fit`; the first half are burn-in for the new
         parameters.
+    n_init_passes : int, default=5
+        Passes of SGD with momentum (precisions at the hyper-prior mean)
+        from which each SG-HMC / SGLD chain starts, before ``n_warmup``: as
+        BPMF starts its Gibbs sampler from the MAP solution.  From small
+        random factors the first Gibbs draws of the precisions are large and
+        shrink the factors faster than the data grow them (the factorisation
+        collapses to the biases); a point estimate avoids that transient.
+        Counted in the warm-up evaluations.  0 starts from the random factors.
     init_scale : float, default=0.1
         Standard deviation of the initial factors.
     random_state : None or int
@@ -245,7 +276,7 @@ class BayesianMatrixFactorization(SampledModelMixin, RegressorMixin, BaseEstimat
     def __init__(self, n_components=20, sampler="sghmc", n_draws=80, n_warmup=20, n_chains=1,
                  batch_size=4000, learning_rate="auto", momentum_decay=0.1, prior_shape=1.0,
                  prior_rate=1.0, prior_precision=None, n_draws_kept=20, n_partial_passes=10,
-                 init_scale=0.1, random_state=None, n_jobs=None, verbose=0,
+                 n_init_passes=5, init_scale=0.1, random_state=None, n_jobs=None, verbose=0,
                  progress_bar=False):
         self.n_components = n_components
         self.sampler = sampler
@@ -260,6 +291,7 @@ class BayesianMatrixFactorization(SampledModelMixin, RegressorMixin, BaseEstimat
         self.prior_precision = prior_precision
         self.n_draws_kept = n_draws_kept
         self.n_partial_passes = n_partial_passes
+        self.n_init_passes = n_init_passes
         self.init_scale = init_scale
         self.random_state = random_state
         self.n_jobs = n_jobs
@@ -284,6 +316,7 @@ class BayesianMatrixFactorization(SampledModelMixin, RegressorMixin, BaseEstimat
             check_positive_float(self.prior_precision, "prior_precision")
         _check_int(self.n_draws_kept, "n_draws_kept", 1)
         _check_int(self.n_partial_passes, "n_partial_passes", 2)
+        _check_int(self.n_init_passes, "n_init_passes", 0)
         check_positive_float(self.init_scale, "init_scale")
 
     @staticmethod
@@ -297,7 +330,8 @@ class BayesianMatrixFactorization(SampledModelMixin, RegressorMixin, BaseEstimat
 
     def _config(self, n_obs):
         m = min(int(self.batch_size), int(n_obs))
-        eta = (_AUTO_RATE_PER_RATING * m / n_obs
+        rate = _AUTO_RATE_PER_RATING["optimiser" if self.sampler in _OPTIMISERS else "sampler"]
+        eta = (rate * m / n_obs
                if isinstance(self.learning_rate, str) else float(self.learning_rate))
         return _FactorizationSG(method=self.sampler, subsample_size=m, learning_rate=eta,
                                 momentum_decay=float(self.momentum_decay),
@@ -353,6 +387,7 @@ class BayesianMatrixFactorization(SampledModelMixin, RegressorMixin, BaseEstimat
         self.factorization_ = MatrixFactorization(len(uids), len(iids), int(self.n_components),
                                                   float(self.init_scale))
         self.sampler_ = self._config(len(y))
+        self.sampler_.n_init_passes = int(self.n_init_passes)
         self._eval_set(self.sampler_, eval_set)
         draws = self._sample(self._posterior())
         self.sampler_.eval_set = None
