@@ -311,6 +311,15 @@ def test_fit_predict_beats_mean_and_approaches_floor():
     assert 0.8 < cover <= 0.98, cover
     # Deterministic predictions.
     np.testing.assert_array_equal(pred, est.predict(Xte))
+    # Posterior predictive draws: shape, reproducible, centred on the predictive mean.
+    draws = est.sample_y(Xte[:200], n_samples=400, random_state=1)
+    assert draws.shape == (200, 400)
+    np.testing.assert_array_equal(draws, est.sample_y(Xte[:200], n_samples=400,
+                                                      random_state=1))
+    sd_mean = draws.std(axis=1) / np.sqrt(400)
+    u, i = est._codes_of(Xte[:200])
+    unclipped = est._draw_means(u, i).mean(axis=0)
+    assert np.mean(np.abs(draws.mean(axis=1) - unclipped) < 4 * sd_mean) > 0.95
 
 
 def test_unseen_ids_get_the_prior_mean():
@@ -419,3 +428,5 @@ def test_same_random_state_same_draws_two_chains():
     b = BayesianMatrixFactorization(**kw, n_jobs=2).fit(X, y)
     np.testing.assert_array_equal(a.draws_, b.draws_)
     assert a.convergence_ and "log noise_precision" in a.convergence_["r_hat"]
+    table = a.summary()
+    assert "noise_precision" in str(table) and "precision[U column 1]" in str(table)

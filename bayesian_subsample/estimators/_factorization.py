@@ -513,6 +513,36 @@ class BayesianMatrixFactorization(SampledModelMixin, RegressorMixin, BaseEstimat
     def _all_draws(self):
         return self.draws_
 
+    def _hyper_names(self):
+        K = int(self.n_components)
+        return ([f"precision[U column {k}]" for k in range(K)]
+                + [f"precision[V column {k}]" for k in range(K)]
+                + ["precision[user bias]", "precision[item bias]", "noise_precision"])
+
+    def summary(self, quantiles=(0.05, 0.5, 0.95)):
+        """Posterior summary of the precisions and the noise precision (per pass).
+
+        The factors are not identifiable (rotations, sign flips), so, as for
+        the Bayesian neural networks, the identifiable hyper-parameters are
+        summarised: one value per post-warm-up pass and chain, on the
+        standardised rating scale.
+        """
+        from ..diagnostics import summarize
+
+        check_is_fitted(self, "draws_")
+        stats = self.sample_stats_
+        traces = np.concatenate([stats["prior_precision"],
+                                 stats["noise_precision"][..., None]], axis=2)
+        return summarize(traces, names=self._hyper_names(), quantiles=quantiles)
+
+    def to_datatree(self, *args, **kwargs):
+        """Not offered: a factorisation has (n_users + n_items) * (K + 1) non-identifiable
+        parameters per draw; use :meth:`summary` and ``sample_stats_``."""
+        raise NotImplementedError("BayesianMatrixFactorization has no ArviZ export; use "
+                                  "summary() and sample_stats_.")
+
+    to_inference_data = to_datatree
+
     # ------------------------------------------------------------ predict
     def _codes_of(self, X):
         check_is_fitted(self, "draws_")
@@ -567,6 +597,26 @@ class BayesianMatrixFactorization(SampledModelMixin, RegressorMixin, BaseEstimat
                     hi = np.where(below, hi, mid)
                 out[sl, j] = 0.5 * (lo + hi)
         return np.clip(out, *self.rating_range_)
+
+    def sample_y(self, X, n_samples=1, random_state=None):
+        """Posterior predictive draws of the ratings, shape (n, n_samples).
+
+        Each column picks a kept draw ``s`` uniformly and draws ``N(mean_s,
+        1 / tau_s)`` on the rating scale (not clipped: the model is
+        Gaussian).  Deterministic given ``random_state``.
+        """
+        _check_int(n_samples, "n_samples", 1)
+        u, i = self._codes_of(X)
+        rng = np.random.default_rng(random_state)
+        sd = self.rating_scale_ / np.sqrt(self.noise_precision_draws_[self.draws_valid_])
+        which = rng.integers(0, len(sd), n_samples)
+        out = np.empty((len(u), n_samples))
+        for start in range(0, len(u), _PREDICT_ROWS // 8):
+            sl = slice(start, start + _PREDICT_ROWS // 8)
+            means = self._draw_means(u[sl], i[sl])
+            out[sl] = (means[which].T
+                       + sd[which][None, :] * rng.standard_normal((len(means[0]), n_samples)))
+        return out
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
