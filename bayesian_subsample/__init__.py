@@ -13,12 +13,14 @@ from .estimators import BayesianSplineClassifier, WorkerLostError
 from .estimators import GibbsResult, GibbsSampler
 from .models import BinaryMRF
 from .estimators import BayesianMLPClassifier, BayesianMLPRegressor
+from .estimators import BayesianMatrixFactorization
 from .samplers import BPS, HMC, HMCECS, SBPS, SGHMC, SGLD, AusterityMH, RandomWalkMH, pSBPS
 
 __all__ = [
     "AusterityMH",
     "BayesianLinearRegression",
     "BayesianLogisticRegression",
+    "BayesianMatrixFactorization",
     "BayesianMLPClassifier",
     "BayesianMLPRegressor",
     "BPS",

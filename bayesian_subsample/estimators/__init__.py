@@ -4,9 +4,10 @@ from ._base import WorkerLostError
 from ._gibbs import GibbsResult, GibbsSampler
 from ._logistic import BayesianLogisticRegression
 from ._mlp import BayesianMLPClassifier, BayesianMLPRegressor
+from ._factorization import BayesianMatrixFactorization
 from ._regression import BayesianLinearRegression, BayesianPoissonRegressor
 from ._spline import BayesianSplineClassifier
 
 __all__ = ["BayesianLinearRegression", "BayesianLogisticRegression", "BayesianMLPClassifier",
-           "BayesianMLPRegressor", "BayesianPoissonRegressor", "BayesianSplineClassifier",
+           "BayesianMatrixFactorization", "BayesianMLPRegressor", "BayesianPoissonRegressor", "BayesianSplineClassifier",
            "GibbsResult", "GibbsSampler", "WorkerLostError"]

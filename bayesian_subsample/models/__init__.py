@@ -8,6 +8,7 @@ from ._predictive import PredictiveFamily
 from ._basis import BasisGLM, BSplineBasis, spline_prior_precision
 from ._mrf import BinaryMRF
 from ._mlp import MLP, MLPModel
+from ._factorization import FactorizationModel, MatrixFactorization
 from ._prior import GaussianPrecisionPrior, GaussianPrior
 
 __all__ = [
@@ -15,6 +16,7 @@ __all__ = [
     "BasisGLM",
     "BinaryMRF",
     "DEFAULT_CHUNK_SIZE",
+    "FactorizationModel",
     "GLM",
     "GaussianFamily",
     "GaussianPrecisionPrior",
@@ -25,6 +27,7 @@ __all__ = [
     "LogisticFamily",
     "MLP",
     "MLPModel",
+    "MatrixFactorization",
     "MultinomialGLM",
     "PoissonFamily",
     "PredictiveFamily",
