@@ -6,7 +6,7 @@ import numpy as np
 from scipy.special import expit, logsumexp
 from sklearn.base import ClassifierMixin
 from sklearn.utils.multiclass import check_classification_targets
-from sklearn.utils.validation import check_is_fitted, validate_data
+from sklearn.utils.validation import check_is_fitted
 
 from ..models import GaussianPrior, MultinomialGLM, softmax_log_proba
 from ._export import ArviZExportMixin
@@ -365,8 +365,7 @@ class BayesianLogisticRegression(ClassifierMixin, ClassifierPredictiveMixin, _GL
         std : ndarray of shape (n_samples, 2)
             Only when ``return_std`` is true.
         """
-        check_is_fitted(self)
-        X = validate_data(self, X, reset=False, dtype=[np.float64, np.float32], order="C")
+        X = self._validate_predict_X(X)
         if return_std:
             self._not_for_multiclass("predict_proba(return_std=True)")
             return self._predict_proba_std(X)
@@ -389,8 +388,7 @@ class BayesianLogisticRegression(ClassifierMixin, ClassifierPredictiveMixin, _GL
 
     def predict_log_proba(self, X):
         """Logarithm of :meth:`predict_proba`, computed stably by log-sum-exp."""
-        check_is_fitted(self)
-        X = validate_data(self, X, reset=False, dtype=[np.float64, np.float32], order="C")
+        X = self._validate_predict_X(X)
         if self._multiclass:
             return self._multiclass_log_proba(X)
         out = np.empty((X.shape[0], 2))

@@ -359,8 +359,7 @@ keep_partial_draws
             ``PD_s``, chain-major --, ``feature`` (name), ``feature_index``,
             ``quantiles``, ``n_rows`` (rows averaged over).
         """
-        check_is_fitted(self)
-        X = validate_data(self, X, reset=False, dtype=[np.float64, np.float32], order="C")
+        X = self._validate_predict_X(X)
         j = self._feature_index(feature)
         q = np.asarray(quantiles, dtype=np.float64)
         if q.shape != (2,) or not (0.0 <= q[0] < q[1] <= 1.0):
