@@ -48,11 +48,12 @@ NONLINEAR = (0, 1, 2, 4)
 class _DenseDesignSpline(BayesianSplineClassifier):
     """The spline classifier with its expanded design computed once, in memory."""
 
-    def _build_model(self, X, y, sample_weight):
-        lazy = super()._build_model(X, y, sample_weight)
+    def _build_posterior(self, X, y, sample_weight):
+        lazy, prior, names = super()._build_posterior(X, y, sample_weight)
         Z = np.vstack([lazy.chunk_rows(a, b)[0] for a, b in lazy.chunks()])
-        return GLM(Z, y, LogisticFamily(), sample_weight=sample_weight,
-                   fit_intercept=self.fit_intercept)
+        model = GLM(Z, y.astype(np.float64), LogisticFamily(), sample_weight=sample_weight,
+                    fit_intercept=self.fit_intercept)
+        return model, prior, names
 
 
 def _fit(est, X, y):

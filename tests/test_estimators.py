@@ -15,7 +15,7 @@ from sklearn.preprocessing import StandardScaler
 from bayesian_subsample import HMC, HMCECS, BayesianLogisticRegression
 from bayesian_subsample.datasets import make_higgs_like
 from bayesian_subsample.diagnostics import mcse_mean
-from bayesian_subsample.estimators import _base, _logistic
+from bayesian_subsample.estimators import _engine, _logistic
 
 FAST = dict(n_chains=2, n_warmup=100, n_draws=100, random_state=0)
 
@@ -198,7 +198,7 @@ def test_bad_parameters_fail_before_sampling(data, monkeypatch, params, fit_kw, 
     def _must_not_run(*args, **kwargs):
         raise AssertionError("sampling started before validation")
 
-    monkeypatch.setattr(_base, "run_chains", _must_not_run)
+    monkeypatch.setattr(_engine, "run_chains", _must_not_run)
     with pytest.raises(ValueError, match=match):
         BayesianLogisticRegression(**params).fit(X, y, **fit_kw)
 
@@ -225,7 +225,7 @@ def test_bad_data_fails_before_sampling(data, monkeypatch, X_bad, y_bad, match):
         y[:] = 1
     elif y_bad == "short":
         y = y[:-1]
-    monkeypatch.setattr(_base, "run_chains", lambda *a, **k: pytest.fail("sampled"))
+    monkeypatch.setattr(_engine, "run_chains", lambda *a, **k: pytest.fail("sampled"))
     with pytest.raises(ValueError, match=match):
         BayesianLogisticRegression().fit(X, y)
 

@@ -12,7 +12,7 @@ from bayesian_subsample import (
     BayesianLogisticRegression,
     BayesianPoissonRegressor,
 )
-from bayesian_subsample.estimators import _base
+from bayesian_subsample.estimators import _engine
 from bayesian_subsample.estimators._base import resolve_sampler
 from bayesian_subsample.models import (
     GaussianFamily,
@@ -90,7 +90,7 @@ def test_grid_search_over_the_samplers_subsample_size_is_not_silently_ignored(mo
     def _must_not_run(*args, **kwargs):
         raise AssertionError("sampling started before validation")
 
-    monkeypatch.setattr(_base, "run_chains", _must_not_run)
+    monkeypatch.setattr(_engine, "run_chains", _must_not_run)
     rng = np.random.default_rng(0)
     X = rng.standard_normal((500, 2))
     y = (X[:, 0] + rng.standard_normal(500) > 0).astype(int)

@@ -20,7 +20,7 @@ from bayesian_subsample import (
     BayesianPoissonRegressor,
     BayesianSplineClassifier,
 )
-from bayesian_subsample.estimators._base import seed_sequences
+from bayesian_subsample.estimators._engine import seed_sequences
 from bayesian_subsample.likelihood import TallPosterior
 from bayesian_subsample.models import GLM, GaussianPrior, LogisticFamily
 from bayesian_subsample.samplers._mh import _proposal_factor
@@ -129,7 +129,7 @@ def test_values_near_1e300_are_refused_before_sampling(small, Est, monkeypatch):
     X, y = small
     X = X.copy()
     X[:, 1] *= 1e300
-    monkeypatch.setattr("bayesian_subsample.estimators._base.run_chains",
+    monkeypatch.setattr("bayesian_subsample.estimators._engine.run_chains",
                         lambda *a, **k: pytest.fail("sampling started"))
     with pytest.raises(ValueError, match="Standardise the features"):
         Est(**FAST).fit(X, y)

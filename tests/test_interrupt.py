@@ -31,7 +31,7 @@ from bayesian_subsample import (
     BayesianPoissonRegressor,
     BayesianSplineClassifier,
 )
-from bayesian_subsample.estimators import _base
+from bayesian_subsample.estimators import _engine
 
 from .interrupt_child import _cpu_seconds, _descendants
 
@@ -210,7 +210,7 @@ def test_failed_or_interrupted_refit_keeps_previous_fit(make, target, monkeypatc
     pred_before = est.predict(X[:20, :2])
 
     # An interrupt in the middle of the chains of a refit on 3 features.
-    monkeypatch.setattr(_base._FitStop, "is_set", _StopAfter(70))
+    monkeypatch.setattr(_engine._FitStop, "is_set", _StopAfter(70))
     with pytest.raises(KeyboardInterrupt, match="unchanged"):
         est.fit(X, y)
     _same_state(before, _fitted_state(est))
@@ -234,7 +234,7 @@ def test_failed_or_interrupted_refit_keeps_previous_fit(make, target, monkeypatc
 
     # An unfitted estimator stays unfitted.
     fresh = make()
-    monkeypatch.setattr(_base._FitStop, "is_set", _StopAfter(70))
+    monkeypatch.setattr(_engine._FitStop, "is_set", _StopAfter(70))
     with pytest.raises(KeyboardInterrupt):
         fresh.fit(X, y)
     assert _fitted_state(fresh) == {}
@@ -247,7 +247,7 @@ def test_keep_partial_draws_gives_prefix_of_full_fit(monkeypatch, data):
     kw = _small(n_draws=200, keep_partial_draws=True)
     full = BayesianLogisticRegression(**kw).fit(X, y)
     # Sequential backend: chain 0 stops after 60 + 25 iterations, chain 1 at once.
-    monkeypatch.setattr(_base._FitStop, "is_set", _StopAfter(85))
+    monkeypatch.setattr(_engine._FitStop, "is_set", _StopAfter(85))
     with pytest.warns(UserWarning, match="interrupted"):
         part = BayesianLogisticRegression(**kw).fit(X, y)
     assert part.interrupted_
@@ -266,7 +266,7 @@ def test_keep_partial_draws_gives_prefix_of_full_fit(monkeypatch, data):
 
 def test_keep_partial_draws_is_validated(monkeypatch, data):
     X, y = data
-    monkeypatch.setattr(_base, "run_chains", lambda *a, **k: pytest.fail("sampled"))
+    monkeypatch.setattr(_engine, "run_chains", lambda *a, **k: pytest.fail("sampled"))
     with pytest.raises(ValueError, match="keep_partial_draws must be True or False"):
         BayesianLogisticRegression(keep_partial_draws="yes").fit(X, y)
 
@@ -274,7 +274,7 @@ def test_keep_partial_draws_is_validated(monkeypatch, data):
 def test_partial_draws_need_at_least_one_draw(monkeypatch, data):
     X, y = data
     est = BayesianLogisticRegression(**_small(n_draws=50, keep_partial_draws=True))
-    monkeypatch.setattr(_base._FitStop, "is_set", _StopAfter(10))  # inside warm-up
+    monkeypatch.setattr(_engine._FitStop, "is_set", _StopAfter(10))  # inside warm-up
     with pytest.raises(KeyboardInterrupt, match="before any chain"):
         est.fit(X, y)
     assert _fitted_state(est) == {}
@@ -283,14 +283,14 @@ def test_partial_draws_need_at_least_one_draw(monkeypatch, data):
 def test_stop_flag_reaches_pickled_copies():
     import pickle
 
-    stop = _base._FitStop()
+    stop = _engine._FitStop()
     try:
         copy = pickle.loads(pickle.dumps(stop))
         assert not copy._uses_file  # same process: the Event, not the file
         copy._local, copy._uses_file = False, True  # as in a worker process
         assert not copy.is_set()
         stop.set()
-        time.sleep(_base._STOP_POLL * 1.5)
+        time.sleep(_engine._STOP_POLL * 1.5)
         assert copy.is_set()
     finally:
         stop.cleanup()
@@ -339,13 +339,13 @@ def test_continue_sampling_needs_the_generator_state(monkeypatch, data):
     X, y = data
     one = BayesianLogisticRegression(**_small(n_draws=80)).fit(X, y)
     two = BayesianLogisticRegression(**_small(n_draws=50)).fit(X, y)
-    run = _base._run_one_chain
+    run = _engine._run_one_chain
 
     def fresh_rng(config, seed, *args, **kw):
         return run(config, np.random.SeedSequence(7) if isinstance(seed, dict) else seed,
                    *args, **kw)
 
-    monkeypatch.setattr(_base, "_run_one_chain", fresh_rng)
+    monkeypatch.setattr(_engine, "_run_one_chain", fresh_rng)
     two.continue_sampling(X, y, 30)
     np.testing.assert_array_equal(one.coef_draws_[:, :50], two.coef_draws_[:, :50])
     with pytest.raises(AssertionError):
@@ -424,7 +424,7 @@ def test_interrupted_continue_keeps_the_fit(monkeypatch, data):
     X, y = data
     est = BayesianLogisticRegression(**_small(n_draws=20)).fit(X, y)
     before = _fitted_state(est)
-    monkeypatch.setattr(_base._FitStop, "is_set", _StopAfter(5))
+    monkeypatch.setattr(_engine._FitStop, "is_set", _StopAfter(5))
     with pytest.raises(KeyboardInterrupt):
         est.continue_sampling(X, y, 50)
     _same_state(before, _fitted_state(est))

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from bayesian_subsample import AusterityMH
-from bayesian_subsample.estimators._base import run_chains
+from bayesian_subsample.estimators._engine import run_chains
 from bayesian_subsample.samplers._sequential import (
     IndexStream,
     PermutationStream,

@@ -1,6 +1,6 @@
 """Scikit-learn estimators whose ``fit`` runs MCMC (the only layer using sklearn/joblib)."""
 
-from ._base import WorkerLostError
+from ._engine import WorkerLostError
 from ._gibbs import GibbsResult, GibbsSampler
 from ._logistic import BayesianLogisticRegression
 from ._mlp import BayesianMLPClassifier, BayesianMLPRegressor

@@ -18,7 +18,8 @@ from sklearn.utils.parallel import Parallel, delayed
 
 from ..diagnostics import ess_bulk, split_rhat
 from ..samplers import gibbs
-from ._base import _check_int, _SingleThreadedBLAS, seed_sequences
+from ._base import _check_int
+from ._engine import _SingleThreadedBLAS, seed_sequences
 
 __all__ = ["GibbsSampler", "GibbsResult", "subset_distribution"]
 

@@ -4,21 +4,14 @@ from __future__ import annotations
 
 import numpy as np
 from scipy.special import expit, logsumexp
-from sklearn.base import BaseEstimator, ClassifierMixin
+from sklearn.base import ClassifierMixin
 from sklearn.utils.multiclass import check_classification_targets
-from sklearn.utils.validation import check_is_fitted, validate_data
+from sklearn.utils.validation import check_is_fitted
 
-from ..models import GLM, GaussianPrior, LogisticFamily, MultinomialGLM, softmax_log_proba
-from ..likelihood import TallPosterior
-from ._base import (
-    SampledModelMixin,
-    check_positive_float,
-    check_sample_weight,
-    resolve_sampler,
-)
+from ..models import GaussianPrior, MultinomialGLM, softmax_log_proba
 from ._export import ArviZExportMixin
+from ._glm_base import _GLMEstimator
 from ._predictive import ClassifierPredictiveMixin
-from ._validation import check_data_scale, check_prior_scale
 
 __all__ = ["BayesianLogisticRegression"]
 
@@ -26,8 +19,7 @@ __all__ = ["BayesianLogisticRegression"]
 _PREDICT_BLOCK = 1 << 22
 
 
-class BayesianLogisticRegression(ClassifierMixin, SampledModelMixin, ArviZExportMixin,
-                                 ClassifierPredictiveMixin, BaseEstimator):
+class BayesianLogisticRegression(ClassifierMixin, ClassifierPredictiveMixin, _GLMEstimator):
     """Bayesian logistic regression (binary or multinomial) fitted by MCMC on tall data.
 
     The model is ``y_k ~ Bernoulli(sigmoid(b + x_k^T w))`` with independent
@@ -227,9 +219,6 @@ class BayesianLogisticRegression(ClassifierMixin, SampledModelMixin, ArviZExport
         """Whether the fit used the softmax likelihood (three or more classes)."""
         return len(getattr(self, "classes_", ())) > 2
 
-    def _check_multiclass_supported(self):
-        """Hook: subclasses without a multinomial model raise here (before sampling)."""
-
     def _not_for_multiclass(self, what):
         if self._multiclass:
             raise NotImplementedError(
@@ -258,14 +247,13 @@ class BayesianLogisticRegression(ClassifierMixin, SampledModelMixin, ArviZExport
         """
         return self._atomic_fit("_fit_impl", X, y, sample_weight=sample_weight)
 
-    def _fit_impl(self, X, y, sample_weight=None):
-        # C order: the same values give the same draws whatever their memory
-        # layout (no copy when X is already C-contiguous).
-        X, y = validate_data(self, X, y, dtype=[np.float64, np.float32], y_numeric=False,
-                             order="C")
+    # ---------------------------------------------- hooks of _GLMEstimator
+    def _validate_target_type(self, y):
         check_classification_targets(y)
-        check_data_scale(X)
-        sample_weight = check_sample_weight(sample_weight, X.shape[0])
+        return y
+
+    def _prepare_target(self, X, y, sample_weight):
+        """Class labels to ``0 .. K-1``; at least two classes (with positive weight)."""
         self.classes_, y_enc = np.unique(y, return_inverse=True)
         if sample_weight is not None:
             present = np.unique(y_enc[sample_weight > 0])
@@ -279,15 +267,16 @@ class BayesianLogisticRegression(ClassifierMixin, SampledModelMixin, ArviZExport
                 "This solver needs samples of at least 2 classes in the data, but the data "
                 f"contains only one class: {self.classes_[0]!r}."
             )
-        n_classes = len(self.classes_)
-        if n_classes > 2:
-            self._check_multiclass_supported()
-        self._validate_hyperparameters()
-        self._check_sampling_params()
-        self.sampler_ = resolve_sampler(self.sampler, self.subsample_size)
-        self.sampler_.validate(X.shape[0])
+        return y_enc, sample_weight
 
-        if n_classes > 2 and getattr(self.sampler_, "preconditioned", False):
+    def _build_posterior(self, X, y, sample_weight):
+        """Binary: the logistic GLM; ``K >= 3`` classes: the softmax one, whose
+        parameters are ``Theta.ravel()``, ``Theta`` (K, p), with the same proper
+        prior on every class (no reference class; see the class docstring)."""
+        n_classes = len(self.classes_)
+        if n_classes == 2:
+            return super()._build_posterior(X, y.astype(np.float64), sample_weight)
+        if getattr(self.sampler_, "preconditioned", False):
             # The softmax posterior has a ridge along "add the same vector to
             # every class" (held only by the prior), which is not axis-aligned:
             # the diagonal preconditioner of pSBPS cannot adapt to it and the
@@ -298,99 +287,10 @@ class BayesianLogisticRegression(ClassifierMixin, SampledModelMixin, ArviZExport
                 f"the softmax likelihood of {n_classes} classes: its diagonal preconditioner "
                 "cannot follow the softmax posterior's non-axis-aligned ridge. Use "
                 "sampler='sbps' (Laplace preconditioner), 'hmc_ecs' or 'hmc'.")
-        if n_classes > 2:
-            model = MultinomialGLM(X, y_enc, n_classes, sample_weight=sample_weight,
-                                   fit_intercept=self.fit_intercept)
-        else:
-            model = self._build_model(X, y_enc.astype(np.float64), sample_weight)
-        # After _build_model: a subclass's names may depend on its design.
-        names = (["intercept"] if self.fit_intercept else []) + self._coef_names(X.shape[1])
-        if n_classes > 2:
-            # theta = Theta.ravel(), Theta (K, p): class-major names.
-            names = [f"{name}[{c}]" for c in self.classes_ for name in names]
-        posterior = TallPosterior(model, self._build_prior(model))
-        self._param_names_ = names
-
-        draws = self._sample(posterior)
-        if n_classes > 2:
-            self._store_multiclass(draws, n_classes)
-        else:
-            if self.fit_intercept:
-                self.intercept_draws_ = draws[:, :, 0].copy()
-                self.coef_draws_ = draws[:, :, 1:].copy()
-            else:
-                self.intercept_draws_ = np.zeros(draws.shape[:2])
-                self.coef_draws_ = draws.copy()
-            mean = self._posterior_mean(draws)
-            self.coef_ = (mean[1:] if self.fit_intercept else mean)[None, :]
-            self.intercept_ = np.array([mean[0] if self.fit_intercept else 0.0])
-        self._check_convergence(draws)
-        if self.verbose:
-            self._report()
-        return self
-
-    def _store_multiclass(self, draws, n_classes):
-        """Store draws (chain, draw, K p) as (chain, draw, K, ...) and the means."""
-        c, d = draws.shape[:2]
-        theta = draws.reshape(c, d, n_classes, -1)
-        mean = self._posterior_mean(draws).reshape(n_classes, -1)
-        if self.fit_intercept:
-            self.intercept_draws_ = theta[:, :, :, 0].copy()
-            self.coef_draws_ = theta[:, :, :, 1:].copy()
-            self.intercept_ = mean[:, 0].copy()
-            self.coef_ = mean[:, 1:].copy()
-        else:
-            self.intercept_draws_ = np.zeros((c, d, n_classes))
-            self.coef_draws_ = theta.copy()
-            self.intercept_ = np.zeros(n_classes)
-            self.coef_ = mean.copy()
-
-    # ---------------------------------------------- hooks for subclasses
-    # A subclass that changes the design (e.g. a basis expansion) overrides
-    # these four methods; fit, prediction and the summaries use nothing else.
-    def _validate_hyperparameters(self):
-        """Check the model's own parameters (before any sampling)."""
-        check_prior_scale(self.prior_scale, self.n_features_in_)
-        check_positive_float(self.intercept_prior_scale, "intercept_prior_scale")
-
-    def _build_model(self, X, y, sample_weight):
-        """The per-observation likelihood (a GLM reading rows of ``X`` lazily)."""
-        return GLM(X, y, LogisticFamily(), sample_weight=sample_weight,
-                   fit_intercept=self.fit_intercept)
-
-    def _build_prior(self, model):
-        """Independent Gaussian prior, intercept first."""
-        coef = check_prior_scale(self.prior_scale, self.n_features_in_)
-        if self.fit_intercept:
-            scale = np.concatenate([[float(self.intercept_prior_scale)], coef])
-        else:
-            scale = np.asarray(coef, dtype=np.float64)
-        # K linear predictors: the same proper prior on every class (no
-        # reference class; see the class docstring).
-        return GaussianPrior(np.tile(scale, getattr(model, "n_linear_predictors", 1)))
-
-    def _coef_names(self, n_features):
-        """Names of the coefficients in ``coef_`` order."""
-        if hasattr(self, "feature_names_in_"):
-            return [str(f) for f in self.feature_names_in_]
-        return [f"x{j}" for j in range(n_features)]
-
-    def _design_chunk(self, X):
-        """Design rows (float64) of a block of validated input rows."""
-        return np.asarray(X, dtype=np.float64)
-
-    def _all_draws(self):
-        if self._multiclass:
-            c, d = self.coef_draws_.shape[:2]
-            if self.fit_intercept:
-                theta = np.concatenate([self.intercept_draws_[..., None], self.coef_draws_],
-                                       axis=3)
-            else:
-                theta = self.coef_draws_
-            return theta.reshape(c, d, -1)
-        if self.fit_intercept:
-            return np.concatenate([self.intercept_draws_[:, :, None], self.coef_draws_], axis=2)
-        return self.coef_draws_
+        model = MultinomialGLM(X, y, n_classes, sample_weight=sample_weight,
+                               fit_intercept=self.fit_intercept)
+        names = [f"{name}[{c}]" for c in self.classes_ for name in self._coefficient_names()]
+        return model, GaussianPrior(np.tile(self._prior_scales(), n_classes)), names
 
     def _multiclass_log_proba(self, X):
         """``log E[softmax(b + W x)]`` over the draws, (rows, K), in row blocks.
@@ -465,8 +365,7 @@ class BayesianLogisticRegression(ClassifierMixin, SampledModelMixin, ArviZExport
         std : ndarray of shape (n_samples, 2)
             Only when ``return_std`` is true.
         """
-        check_is_fitted(self)
-        X = validate_data(self, X, reset=False, dtype=[np.float64, np.float32], order="C")
+        X = self._validate_predict_X(X)
         if return_std:
             self._not_for_multiclass("predict_proba(return_std=True)")
             return self._predict_proba_std(X)
@@ -489,8 +388,7 @@ class BayesianLogisticRegression(ClassifierMixin, SampledModelMixin, ArviZExport
 
     def predict_log_proba(self, X):
         """Logarithm of :meth:`predict_proba`, computed stably by log-sum-exp."""
-        check_is_fitted(self)
-        X = validate_data(self, X, reset=False, dtype=[np.float64, np.float32], order="C")
+        X = self._validate_predict_X(X)
         if self._multiclass:
             return self._multiclass_log_proba(X)
         out = np.empty((X.shape[0], 2))
@@ -541,22 +439,7 @@ class BayesianLogisticRegression(ClassifierMixin, SampledModelMixin, ArviZExport
 
     to_datatree.__doc__ = ArviZExportMixin.to_datatree.__doc__
 
-    # ------------------------------------------- export and predictive hooks
-    #: Name of the coefficient dimension in the ArviZ export.
-    _coef_dim = "feature"
-
-    def _validate_predict_X(self, X):
-        return validate_data(self, X, reset=False, dtype=[np.float64, np.float32], order="C")
-
-    def _export_posterior(self):
-        names = list(self._param_names_[1:] if self.fit_intercept else self._param_names_)
-        variables = {}
-        if self.fit_intercept:
-            variables["intercept"] = (self.intercept_draws_, ())
-        variables["coef"] = (self.coef_draws_, (self._coef_dim,))
-        # object (variable-length) strings: stable in netCDF and zarr v3 alike
-        return variables, {self._coef_dim: np.asarray(names, dtype=object)}
-
+    # ------------------------------------------------- export hooks
     def _export_y(self, y):
         y = np.asarray(y)
         if y.ndim != 1:

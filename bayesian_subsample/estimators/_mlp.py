@@ -40,17 +40,12 @@ from ..diagnostics import split_rhat
 from ..likelihood._model_target import HierarchicalPosterior
 from ..models._mlp import ACTIVATIONS, MLP, MLPModel
 from ..samplers._sg_model import METHODS, ModelSG
-from ._base import SampledModelMixin, check_positive_float
+from ._base import SampledModelMixin, _check_int, check_positive_float
 
 __all__ = ["BayesianMLPClassifier", "BayesianMLPRegressor"]
 
 #: Rows per prediction block.
 _PREDICT_ROWS = 4096
-
-
-def _check_int(value, name, minimum):
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
-        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}.")
 
 
 class _BayesianMLP(SampledModelMixin, BaseEstimator):

@@ -23,102 +23,33 @@ from __future__ import annotations
 
 import numpy as np
 from scipy.special import xlogy
-from sklearn.base import BaseEstimator, RegressorMixin
-from sklearn.utils.validation import check_is_fitted, validate_data
+from sklearn.base import RegressorMixin
 
-from ..likelihood import TallPosterior
 from ..models import (
-    GLM,
-    GaussianPrior,
     LinearRegressionFamily,
     LinearRegressionGLM,
     LinearRegressionPrior,
     PoissonFamily,
 )
-from ._base import (
-    SampledModelMixin,
-    check_positive_float,
-    check_sample_weight,
-    per_row_array,
-    resolve_sampler,
-)
-from ._export import ArviZExportMixin
+from ._base import check_positive_float, check_sample_weight, per_row_array
+from ._glm_base import _GLMEstimator
 from ._predictive import RegressorPredictiveMixin
-from ._validation import check_data_scale, check_prior_scale
 
 __all__ = ["BayesianPoissonRegressor", "BayesianLinearRegression"]
 
 
-class _BayesianRegressorBase(RegressorMixin, SampledModelMixin, ArviZExportMixin,
-                             RegressorPredictiveMixin, BaseEstimator):
-    """Shared ``fit``, draw storage, prediction, ``sample_y`` and export of the regressors.
+class _BayesianRegressorBase(RegressorMixin, RegressorPredictiveMixin, _GLMEstimator):
+    """The regressors' side of :class:`._glm_base._GLMEstimator`: numeric ``y``,
+    ``coef_`` of shape (n_features,) and a float ``intercept_``.
 
-    Subclasses define ``_build(X, y, sample_weight, **fit_kwargs)`` returning
-    ``(model, prior)``, ``_store_draws(theta_draws)``, ``_all_draws()``, the
-    class attribute ``_predictive_family`` (a
-    :class:`~bayesian_subsample.models.PredictiveFamily`, which does all the
-    maths of ``y`` given the linear predictor) and, when it takes extra
-    arguments, ``_family_args(extra, draws)``.
+    Subclasses set ``_predictive_family`` (a
+    :class:`~bayesian_subsample.models.PredictiveFamily`, which builds the
+    default GLM and does all the maths of ``y`` given the linear predictor)
+    and, when it takes extra arguments, ``_family_args(extra, draws)``.
     """
 
-    def _coef_scales(self, n_features):
-        """Prior standard deviations of ``(intercept, coef)`` (intercept first if fitted)."""
-        coef = check_prior_scale(self.prior_scale, n_features)
-        if self.fit_intercept:
-            return np.concatenate([[float(self.intercept_prior_scale)], coef])
-        return coef
-
-    def _feature_names(self, n_features):
-        if hasattr(self, "feature_names_in_"):
-            return [str(f) for f in self.feature_names_in_]
-        return [f"x{j}" for j in range(n_features)]
-
-    def _fit_impl(self, X, y, sample_weight=None, **fit_kwargs):
-        # C order: identical draws whatever the memory layout of X (no copy
-        # when X is already C-contiguous).
-        X, y = validate_data(self, X, y, dtype=[np.float64, np.float32], y_numeric=True,
-                             order="C")
-        y = np.asarray(y, dtype=np.float64)
-        check_data_scale(X, y)
-        sample_weight = check_sample_weight(sample_weight, X.shape[0])
-        check_prior_scale(self.prior_scale, X.shape[1])
-        check_positive_float(self.intercept_prior_scale, "intercept_prior_scale")
-        self._check_sampling_params()
-        model, prior = self._build(X, y, sample_weight, **fit_kwargs)
-        self.sampler_ = resolve_sampler(self.sampler, self.subsample_size)
-        self.sampler_.validate(X.shape[0])
-        draws = self._sample(TallPosterior(model, prior))
-        self._store_draws(draws)
-        self._check_convergence(self._all_draws())
-        if self.verbose:
-            self._report()
-        return self
-
-    def _split_coefficients(self, beta):
-        """``(intercept draws, coef draws)`` from draws (chain, draw, q) of the coefficients."""
-        if self.fit_intercept:
-            return beta[:, :, 0].copy(), beta[:, :, 1:].copy()
-        return np.zeros(beta.shape[:2]), beta.copy()
-
-    def _set_means(self):
-        coef = self._posterior_mean(self.coef_draws_)
-        self.coef_ = np.asarray(coef, dtype=np.float64)
-        self.intercept_ = float(self._posterior_mean(self.intercept_draws_[:, :, None])[0])
-
-    # ------------------------------------------- export and predictive hooks
-    def _validate_predict_X(self, X):
-        check_is_fitted(self)
-        return validate_data(self, X, reset=False, dtype=[np.float64, np.float32], order="C")
-
-    def _export_posterior(self):
-        names = self._feature_names(self.coef_draws_.shape[-1])
-        variables = {}
-        if self.fit_intercept:
-            variables["intercept"] = (self.intercept_draws_, ())
-        variables["coef"] = (self.coef_draws_, ("feature",))
-        if hasattr(self, "sigma_draws_"):
-            variables["sigma"] = (self.sigma_draws_, ())
-        return variables, {"feature": np.asarray(names, dtype=object)}
+    _y_numeric = True
+    _flat_means = True
 
     def _export_y(self, y):
         y = super()._export_y(y)
@@ -292,33 +223,18 @@ class BayesianPoissonRegressor(_BayesianRegressorBase):
         return self._atomic_fit("_fit_impl", X, y, sample_weight=sample_weight,
                                 exposure=exposure)
 
-    def _build(self, X, y, sample_weight, exposure=None):
+    def _prepare_target(self, X, y, sample_weight, exposure=None):
+        """Non-negative counts; an exposure becomes rate target ``y / e`` with weight ``e``."""
         if np.any(y < 0):
             raise ValueError(
                 f"BayesianPoissonRegressor needs non-negative counts y, got a minimum of "
                 f"{y.min()!r}. Model signed responses with BayesianLinearRegression.")
         exposure = self._check_exposure(exposure, X.shape[0])
-        n_features = X.shape[1]
-        self._param_names_ = (["intercept"] if self.fit_intercept else []) \
-            + self._feature_names(n_features)
         if exposure is not None:
-            target = y / exposure
+            y = y / exposure
             sample_weight = exposure if sample_weight is None else sample_weight * exposure
-        else:
-            target = y
-        PoissonFamily.validate_target(target)
-        model = GLM(X, target, PoissonFamily(), sample_weight=sample_weight,
-                    fit_intercept=self.fit_intercept)
-        return model, GaussianPrior(self._coef_scales(n_features))
-
-    def _store_draws(self, draws):
-        self.intercept_draws_, self.coef_draws_ = self._split_coefficients(draws)
-        self._set_means()
-
-    def _all_draws(self):
-        if self.fit_intercept:
-            return np.concatenate([self.intercept_draws_[:, :, None], self.coef_draws_], axis=2)
-        return self.coef_draws_
+        PoissonFamily.validate_target(y)
+        return y, sample_weight
 
     _predictive_family = PoissonFamily()
 
@@ -558,44 +474,42 @@ class BayesianLinearRegression(_BayesianRegressorBase):
         """
         return self._atomic_fit("_fit_impl", X, y, sample_weight=sample_weight)
 
-    def _build(self, X, y, sample_weight):
+    def _check_hyperparameters(self):
+        super()._check_hyperparameters()
         if self.noise_prior not in ("half_normal", "half_t"):
             raise ValueError(
                 f"noise_prior must be 'half_normal' or 'half_t', got {self.noise_prior!r}.")
         check_positive_float(self.noise_prior_scale, "noise_prior_scale")
         check_positive_float(self.noise_prior_df, "noise_prior_df")
-        n_features = X.shape[1]
-        self._param_names_ = (["intercept"] if self.fit_intercept else []) \
-            + self._feature_names(n_features) + ["sigma"]
+
+    def _build_posterior(self, X, y, sample_weight):
         w = np.ones(X.shape[0]) if sample_weight is None else sample_weight
         total = float(w.sum())
         rms = float(np.sqrt((w @ (y * y)) / total))
         self._y_scale = rms
         prior = LinearRegressionPrior(
-            self._coef_scales(n_features), noise_prior=self.noise_prior,
+            self._prior_scales(), noise_prior=self.noise_prior,
             noise_scale=float(self.noise_prior_scale), noise_df=float(self.noise_prior_df),
             total_weight=total,
             initial_noise_scale=rms if np.isfinite(rms) and rms > 0 else 1.0)
         model = LinearRegressionGLM(X, y, sample_weight=sample_weight,
                                     fit_intercept=self.fit_intercept)
-        return model, prior
+        return model, prior, self._coefficient_names() + ["sigma"]
 
     _private_fitted = ("_y_scale",)
 
     def _raw_draws(self):
         return self._theta_draws_
 
-    def _store_draws(self, draws):
+    def _store_draws(self, draws, n_outputs=1):
         # The sampled coordinates (beta tau, tau) are kept for continue_sampling:
         # the stored coef_draws_ and sigma_draws_ do not map back bit for bit.
         self._theta_draws_ = draws
         tau = draws[:, :, -1]
         self._check_noise_support(tau)
-        self.intercept_draws_, self.coef_draws_ = self._split_coefficients(
-            draws[:, :, :-1] / tau[:, :, None])
+        self._store_coefficients(draws[:, :, :-1] / tau[:, :, None])
         self.sigma_draws_ = 1.0 / tau
         self.log_sigma_draws_ = -np.log(tau)
-        self._set_means()
         self.noise_scale_ = float(self._posterior_mean(self.sigma_draws_[:, :, None])[0])
         if self.noise_scale_ < 1e-6 * self._y_scale:
             # Reported in the one ConvergenceWarning of the fit.
@@ -624,9 +538,7 @@ class BayesianLinearRegression(_BayesianRegressorBase):
                 "'hmc_ecs', a smaller step size, or standardise X and y.")
 
     def _all_draws(self):
-        parts = ([self.intercept_draws_[:, :, None]] if self.fit_intercept else []) \
-            + [self.coef_draws_, self.sigma_draws_[:, :, None]]
-        return np.concatenate(parts, axis=2)
+        return np.concatenate([super()._all_draws(), self.sigma_draws_[:, :, None]], axis=2)
 
     _predictive_family = LinearRegressionFamily()
 

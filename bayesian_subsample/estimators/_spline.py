@@ -213,17 +213,20 @@ keep_partial_draws
         tags.classifier_tags.multi_class = False
         return tags
 
-    # ----------------------------------------------------------- hooks
-    def _check_multiclass_supported(self):
-        raise ValueError(
-            "Only binary classification is supported. BayesianSplineClassifier's spline "
-            "design has no multinomial model yet; the type of the target is multiclass "
-            f"({len(self.classes_)} classes). "
-            "Wrap it in sklearn.multiclass.OneVsRestClassifier, or use "
-            "BayesianLogisticRegression, which fits the softmax likelihood.")
+    # ---------------------------------------------- hooks of _GLMEstimator
+    def _prepare_target(self, X, y, sample_weight):
+        y, sample_weight = super()._prepare_target(X, y, sample_weight)
+        if len(self.classes_) > 2:
+            raise ValueError(
+                "Only binary classification is supported. BayesianSplineClassifier's spline "
+                "design has no multinomial model yet; the type of the target is multiclass "
+                f"({len(self.classes_)} classes). "
+                "Wrap it in sklearn.multiclass.OneVsRestClassifier, or use "
+                "BayesianLogisticRegression, which fits the softmax likelihood.")
+        return y, sample_weight
 
-    def _validate_hyperparameters(self):
-        super()._validate_hyperparameters()
+    def _check_hyperparameters(self):
+        super()._check_hyperparameters()
         for name, value, low, high in (("n_knots", self.n_knots, 2, None),
                                        ("degree", self.degree, 1, 5)):
             if (isinstance(value, bool) or not isinstance(value, numbers.Integral)
@@ -261,7 +264,9 @@ keep_partial_draws
             Xk = Xk[sample_weight[idx] > 0]
         return Xk
 
-    def _build_model(self, X, y, sample_weight):
+    def _build_posterior(self, X, y, sample_weight):
+        """The logistic GLM on the B-spline basis (expanded as rows are read) and
+        the Gaussian smoothness prior; names ``"<feature>_sp_<r>"``."""
         Xk = self._knot_rows(X, sample_weight)
         positions = _knot_positions(Xk, int(self.n_knots), self.knots)
         transformer = SplineTransformer(
@@ -270,26 +275,20 @@ keep_partial_draws
         )
         self.spline_transformer_ = transformer.fit(Xk[:2])
         self.basis_ = BSplineBasis.from_spline_transformer(self.spline_transformer_)
-        self.n_basis_per_feature_ = self.basis_.n_basis
-        return BasisGLM(X, y, LogisticFamily(), self.basis_, sample_weight=sample_weight,
-                        fit_intercept=self.fit_intercept)
-
-    def _build_prior(self, model):
+        nb = self.n_basis_per_feature_ = self.basis_.n_basis
+        model = BasisGLM(X, y.astype(np.float64), LogisticFamily(), self.basis_,
+                         sample_weight=sample_weight, fit_intercept=self.fit_intercept)
         Q = spline_prior_precision(
-            self.n_features_in_, self.n_basis_per_feature_,
-            check_prior_scale(self.prior_scale, self.n_features_in_),
+            self.n_features_in_, nb, check_prior_scale(self.prior_scale, self.n_features_in_),
             self.difference_prior_scale,
             self.intercept_prior_scale if self.fit_intercept else None,
             dropped_last=self.fit_intercept,
         )
-        return GaussianPrecisionPrior(Q)
-
-    def _coef_names(self, n_features):
-        inputs = [str(f) for f in super()._coef_names(n_features)]
-        nb = self.n_basis_per_feature_
-        names = [f"{f}_sp_{r}" for f in inputs for r in range(nb)]
+        names = [f"{f}_sp_{r}" for f in self._feature_names(self.n_features_in_)
+                 for r in range(nb)]
         self.basis_feature_names_ = np.asarray(names, dtype=object)
-        return names
+        return (model, GaussianPrecisionPrior(Q),
+                (["intercept"] if self.fit_intercept else []) + names)
 
     def _design_chunk(self, X):
         return self.basis_.transform(X)
@@ -360,8 +359,7 @@ keep_partial_draws
             ``PD_s``, chain-major --, ``feature`` (name), ``feature_index``,
             ``quantiles``, ``n_rows`` (rows averaged over).
         """
-        check_is_fitted(self)
-        X = validate_data(self, X, reset=False, dtype=[np.float64, np.float32], order="C")
+        X = self._validate_predict_X(X)
         j = self._feature_index(feature)
         q = np.asarray(quantiles, dtype=np.float64)
         if q.shape != (2,) or not (0.0 <= q[0] < q[1] <= 1.0):

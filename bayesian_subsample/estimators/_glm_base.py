@@ -1,0 +1,162 @@
+"""The one base of the GLM estimators: ``fit`` written once, estimators as hooks.
+
+:class:`_GLMEstimator` runs every GLM fit through the same steps::
+
+    validate X (and y's type), data scale, sample weights
+      -> _prepare_target          validate / encode y (classes, counts, exposure, ...)
+      -> _check_hyperparameters   the model's own parameters
+      -> sampling parameters, resolve_sampler, the sampler's own check of n
+      -> _build_posterior         (model, prior, parameter names)
+      -> _sample                  the chains (SampledModelMixin)
+      -> _store_draws             draws and posterior means as fitted attributes
+      -> _check_convergence, report
+
+An estimator on top chooses its family (``_predictive_family``, which both
+builds the default GLM and owns the prediction maths), overrides the hooks
+its model needs, and keeps its ``__init__``, docstring and prediction
+methods.  Nothing here samples or predicts by itself.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from sklearn.base import BaseEstimator
+from sklearn.utils.validation import check_is_fitted, validate_data
+
+from ..likelihood import TallPosterior
+from ..models import GLM, GaussianPrior
+from ._base import SampledModelMixin, check_positive_float, check_sample_weight, resolve_sampler
+from ._export import ArviZExportMixin
+from ._validation import check_data_scale, check_prior_scale
+
+__all__ = []
+
+
+class _GLMEstimator(SampledModelMixin, ArviZExportMixin, BaseEstimator):
+    """``fit`` of every GLM estimator; subclasses provide the hooks below.
+
+    Subclasses set ``_y_numeric`` (regressors) and ``_predictive_family``, and
+    define ``fit`` calling ``self._atomic_fit("_fit_impl", X, y, **fit_params)``.
+    """
+
+    #: Whether ``y`` is validated as numbers (regressors) or as labels (classifiers).
+    _y_numeric = False
+    #: Name of the coefficient dimension in the ArviZ export.
+    _coef_dim = "feature"
+    #: Regressors report ``coef_`` (n_features,) and a float ``intercept_``;
+    #: classifiers ``coef_`` (n_outputs, n_features) and ``intercept_`` (n_outputs,).
+    _flat_means = False
+
+    def _fit_impl(self, X, y, sample_weight=None, **fit_params):
+        # C order: the same values give the same draws whatever their memory
+        # layout (no copy when X is already C-contiguous).
+        X, y = validate_data(self, X, y, dtype=[np.float64, np.float32],
+                             y_numeric=self._y_numeric, order="C")
+        y = self._validate_target_type(y)
+        check_data_scale(X, y if self._y_numeric else None)
+        sample_weight = check_sample_weight(sample_weight, X.shape[0])
+        y, sample_weight = self._prepare_target(X, y, sample_weight, **fit_params)
+        self._check_hyperparameters()
+        self._check_sampling_params()
+        self.sampler_ = resolve_sampler(self.sampler, self.subsample_size)
+        self.sampler_.validate(X.shape[0])
+        model, prior, self._param_names_ = self._build_posterior(X, y, sample_weight)
+        draws = self._sample(TallPosterior(model, prior))
+        self._store_draws(draws, getattr(model, "n_linear_predictors", 1))
+        self._check_convergence(self._all_draws())
+        if self.verbose:
+            self._report()
+        return self
+
+    # ----------------------------------------------------------- hooks
+    def _validate_target_type(self, y):
+        """``y`` as validated by ``validate_data``, checked for its kind."""
+        return np.asarray(y, dtype=np.float64) if self._y_numeric else y
+
+    def _prepare_target(self, X, y, sample_weight):
+        """Hook: the target and weights the model sees (may set fitted attributes)."""
+        return y, sample_weight
+
+    def _check_hyperparameters(self):
+        """Hook: check the model's own parameters (before any sampling)."""
+        check_prior_scale(self.prior_scale, self.n_features_in_)
+        check_positive_float(self.intercept_prior_scale, "intercept_prior_scale")
+
+    def _build_posterior(self, X, y, sample_weight):
+        """Hook: ``(model, prior, parameter names)``; by default the family's GLM with
+        independent Gaussian priors, intercept first."""
+        model = GLM(X, y, type(self._predictive_family)(), sample_weight=sample_weight,
+                    fit_intercept=self.fit_intercept)
+        return model, GaussianPrior(self._prior_scales()), self._coefficient_names()
+
+    def _store_draws(self, draws, n_outputs=1):
+        """Hook: store draws (chain, draw, dim) and their posterior means."""
+        self._store_coefficients(draws, n_outputs)
+
+    # ------------------------------------------------------- helpers
+    def _prior_scales(self):
+        """Prior standard deviations of ``(intercept, coef)`` (intercept first if fitted)."""
+        coef = check_prior_scale(self.prior_scale, self.n_features_in_)
+        if self.fit_intercept:
+            return np.concatenate([[float(self.intercept_prior_scale)], coef])
+        return np.asarray(coef, dtype=np.float64)
+
+    def _feature_names(self, n_features):
+        """Names of the input columns (``x0, x1, ...`` without string column names)."""
+        if hasattr(self, "feature_names_in_"):
+            return [str(f) for f in self.feature_names_in_]
+        return [f"x{j}" for j in range(n_features)]
+
+    def _coefficient_names(self):
+        """Parameter names of one linear predictor: intercept first, then features."""
+        return (["intercept"] if self.fit_intercept else []) \
+            + self._feature_names(self.n_features_in_)
+
+    def _store_coefficients(self, beta, n_outputs=1):
+        """``intercept_draws_``, ``coef_draws_`` and their means from draws
+        (chain, draw, n_outputs q), output-major; one output has no output axis."""
+        c, d = beta.shape[:2]
+        theta = beta.reshape(c, d, n_outputs, -1)
+        if self.fit_intercept:
+            intercept, coef = theta[:, :, :, 0], theta[:, :, :, 1:]
+        else:
+            intercept, coef = np.zeros((c, d, n_outputs)), theta
+        if n_outputs == 1:
+            intercept, coef = intercept[:, :, 0], coef[:, :, 0]
+        self.intercept_draws_, self.coef_draws_ = intercept.copy(), coef.copy()
+        if self._flat_means:
+            # Means of the stored arrays (bit for bit what the regressors always gave).
+            self.coef_ = np.asarray(self._posterior_mean(self.coef_draws_), dtype=np.float64)
+            self.intercept_ = float(self._posterior_mean(self.intercept_draws_[:, :, None])[0])
+            return
+        mean = self._posterior_mean(beta).reshape(n_outputs, -1)
+        if self.fit_intercept:
+            self.intercept_, self.coef_ = mean[:, 0].copy(), mean[:, 1:].copy()
+        else:
+            self.intercept_, self.coef_ = np.zeros(n_outputs), mean.copy()
+
+    def _all_draws(self):
+        """Draws (chain, draw, dim) in the order of ``_param_names_``."""
+        if self.fit_intercept:
+            theta = np.concatenate([self.intercept_draws_[..., None], self.coef_draws_],
+                                   axis=-1)
+        else:
+            theta = self.coef_draws_
+        return theta.reshape(theta.shape[0], theta.shape[1], -1)
+
+    # ------------------------------------------- export and predictive hooks
+    def _validate_predict_X(self, X):
+        check_is_fitted(self)
+        return validate_data(self, X, reset=False, dtype=[np.float64, np.float32], order="C")
+
+    def _export_posterior(self):
+        n_coef = self.coef_draws_.shape[-1]
+        names = list(self._param_names_)[int(bool(self.fit_intercept)):][:n_coef]
+        variables = {}
+        if self.fit_intercept:
+            variables["intercept"] = (self.intercept_draws_, ())
+        variables["coef"] = (self.coef_draws_, (self._coef_dim,))
+        if hasattr(self, "sigma_draws_"):
+            variables["sigma"] = (self.sigma_draws_, ())
+        # object (variable-length) strings: stable in netCDF and zarr v3 alike
+        return variables, {self._coef_dim: np.asarray(names, dtype=object)}
