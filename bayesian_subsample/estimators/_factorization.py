@@ -46,7 +46,8 @@ from ..diagnostics import split_rhat
 from ..likelihood._model_target import HierarchicalPosterior
 from ..models._factorization import FactorizationModel, MatrixFactorization
 from ..samplers._sg_model import ModelSG, run_model_chain
-from ._base import SampledModelMixin, check_positive_float, run_chains
+from ._base import SampledModelMixin, check_positive_float
+from ._engine import run_chains
 
 __all__ = ["BayesianMatrixFactorization"]
 
