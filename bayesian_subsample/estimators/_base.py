@@ -162,6 +162,25 @@ def _check_int(value, name, minimum):
         raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}.")
 
 
+def check_sg_options(est, methods):
+    """The options every Gibbs-within-SG-MCMC estimator shares (neural networks,
+    matrix factorisation): ``sampler`` in ``methods``, ``batch_size``,
+    ``learning_rate``, ``momentum_decay`` in (0, 1], and the Gamma hyper-prior
+    ``prior_shape`` / ``prior_rate`` or a fixed ``prior_precision``."""
+    if not isinstance(est.sampler, str) or est.sampler not in methods:
+        raise ValueError(f"sampler must be one of {methods}, got {est.sampler!r}.")
+    _check_int(est.batch_size, "batch_size", 1)
+    if not (isinstance(est.learning_rate, str) and est.learning_rate == "auto"):
+        check_positive_float(est.learning_rate, "learning_rate")
+    check_positive_float(est.momentum_decay, "momentum_decay")
+    if float(est.momentum_decay) > 1:
+        raise ValueError(f"momentum_decay must be in (0, 1], got {est.momentum_decay!r}.")
+    check_positive_float(est.prior_shape, "prior_shape")
+    check_positive_float(est.prior_rate, "prior_rate")
+    if est.prior_precision is not None:
+        check_positive_float(est.prior_precision, "prior_precision")
+
+
 def _data_fingerprint(posterior):
     """A hash of the data size and of about 1,000 evenly spaced rows (design,
     response and weight), to check that a continued fit sees the same data."""

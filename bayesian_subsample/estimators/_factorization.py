@@ -46,7 +46,7 @@ from ..diagnostics import split_rhat
 from ..likelihood._model_target import HierarchicalPosterior
 from ..models._factorization import FactorizationModel, MatrixFactorization
 from ..samplers._sg_model import ModelSG, run_model_chain
-from ._base import SampledModelMixin, check_positive_float
+from ._base import SampledModelMixin, _check_int, check_positive_float, check_sg_options
 from ._engine import run_chains
 
 __all__ = ["BayesianMatrixFactorization"]
@@ -60,11 +60,6 @@ _OPTIMISERS = ("sgd", "sgd_momentum")
 #: from the larger step (faster mixing, so a better running predictive mean in
 #: a few dozen passes); the optimisers' final iterate is too noisy with it.
 _AUTO_RATE_PER_RATING = {"sampler": 0.01, "optimiser": 0.001}
-
-
-def _check_int(value, name, minimum):
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
-        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}.")
 
 
 def _pairs(X):
@@ -303,18 +298,7 @@ class BayesianMatrixFactorization(SampledModelMixin, RegressorMixin, BaseEstimat
     def _check_params(self):
         self._check_sampling_params()
         _check_int(self.n_components, "n_components", 1)
-        if not isinstance(self.sampler, str) or self.sampler not in _METHODS:
-            raise ValueError(f"sampler must be one of {_METHODS}, got {self.sampler!r}.")
-        _check_int(self.batch_size, "batch_size", 1)
-        if not (isinstance(self.learning_rate, str) and self.learning_rate == "auto"):
-            check_positive_float(self.learning_rate, "learning_rate")
-        check_positive_float(self.momentum_decay, "momentum_decay")
-        if float(self.momentum_decay) > 1:
-            raise ValueError(f"momentum_decay must be in (0, 1], got {self.momentum_decay!r}.")
-        check_positive_float(self.prior_shape, "prior_shape")
-        check_positive_float(self.prior_rate, "prior_rate")
-        if self.prior_precision is not None:
-            check_positive_float(self.prior_precision, "prior_precision")
+        check_sg_options(self, _METHODS)
         _check_int(self.n_draws_kept, "n_draws_kept", 1)
         _check_int(self.n_partial_passes, "n_partial_passes", 2)
         _check_int(self.n_init_passes, "n_init_passes", 0)

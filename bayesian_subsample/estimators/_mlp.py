@@ -40,7 +40,7 @@ from ..diagnostics import split_rhat
 from ..likelihood._model_target import HierarchicalPosterior
 from ..models._mlp import ACTIVATIONS, MLP, MLPModel
 from ..samplers._sg_model import METHODS, ModelSG
-from ._base import SampledModelMixin, _check_int, check_positive_float
+from ._base import SampledModelMixin, _check_int, check_sg_options
 
 __all__ = ["BayesianMLPClassifier", "BayesianMLPRegressor"]
 
@@ -91,18 +91,7 @@ class _BayesianMLP(SampledModelMixin, BaseEstimator):
         if self.activation not in ACTIVATIONS:
             raise ValueError(f"activation must be one of {ACTIVATIONS}, got "
                              f"{self.activation!r}.")
-        if not isinstance(self.sampler, str) or self.sampler not in METHODS:
-            raise ValueError(f"sampler must be one of {METHODS}, got {self.sampler!r}.")
-        _check_int(self.batch_size, "batch_size", 1)
-        if not (isinstance(self.learning_rate, str) and self.learning_rate == "auto"):
-            check_positive_float(self.learning_rate, "learning_rate")
-        check_positive_float(self.momentum_decay, "momentum_decay")
-        if float(self.momentum_decay) > 1:
-            raise ValueError(f"momentum_decay must be in (0, 1], got {self.momentum_decay!r}.")
-        check_positive_float(self.prior_shape, "prior_shape")
-        check_positive_float(self.prior_rate, "prior_rate")
-        if self.prior_precision is not None:
-            check_positive_float(self.prior_precision, "prior_precision")
+        check_sg_options(self, METHODS)
         _check_int(self.n_networks_kept, "n_networks_kept", 1)
         _check_int(self.n_integration_steps, "n_integration_steps", 1)
         return hls

@@ -201,18 +201,8 @@ class TallPosterior:
         """
         if getattr(self.model, "n_linear_predictors", 1) != 1:
             return self._curvature_bound_matrix_multi()
-        c = getattr(self.model.family, "curvature_bound", None)
-        if c is None or not np.isfinite(c):
-            raise ValueError(
-                f"The {getattr(self.model.family, 'name', 'model')!r} family has no bound on "
-                "the curvature of its log-likelihood, so the full-data bouncy particle "
-                "sampler cannot bound its event rate. Use sampler='sbps' or 'hmc'.")
-        precision = getattr(self.prior, "precision", None)
-        if precision is None:
-            raise ValueError(
-                "The prior has no constant precision (as for BayesianLinearRegression, whose "
-                "noise-scale term is not Gaussian), so the bouncy particle sampler cannot "
-                "bound its event rate. Use sampler='sbps' or 'hmc'.")
+        c = self._bound_prerequisites("curvature_bound")
+        precision = self.prior.precision
         model = self.model
         B = np.zeros((model.dim, model.dim))
         for part in model.map_chunks("_block_outer"):
@@ -221,6 +211,22 @@ class TallPosterior:
         precision = np.asarray(precision, dtype=np.float64)
         B += np.diag(precision) if precision.ndim == 1 else precision
         return 0.5 * (B + B.T), model.n_obs
+
+    def _bound_prerequisites(self, attribute):
+        """The family's curvature bound ``attribute``; ValueError when there is no
+        global bound (no finite family bound, or a prior without a constant precision)."""
+        bound = getattr(self.model.family, attribute, None)
+        if bound is None or not np.all(np.isfinite(bound)):
+            raise ValueError(
+                f"The {getattr(self.model.family, 'name', 'model')!r} family has no bound on "
+                "the curvature of its log-likelihood, so the full-data bouncy particle "
+                "sampler cannot bound its event rate. Use sampler='sbps' or 'hmc'.")
+        if getattr(self.prior, "precision", None) is None:
+            raise ValueError(
+                "The prior has no constant precision (as for BayesianLinearRegression, whose "
+                "noise-scale term is not Gaussian), so the bouncy particle sampler cannot "
+                "bound its event rate. Use sampler='sbps' or 'hmc'.")
+        return bound
 
     def _curvature_bound_matrix_multi(self):
         """``B = kron(A, sum_k w_k z_k z_k^T) + P`` for K linear predictors.
@@ -232,17 +238,8 @@ class TallPosterior:
         case.  One chunked pass; theta layout ``Theta.ravel()``.
         """
         model = self.model
-        A = getattr(model.family, "curvature_bound_eta", None)
-        if A is None:
-            raise ValueError(
-                f"The {getattr(model.family, 'name', 'model')!r} family has no bound on the "
-                "curvature of its log-likelihood, so the full-data bouncy particle sampler "
-                "cannot bound its event rate. Use sampler='sbps' or 'hmc'.")
-        precision = getattr(self.prior, "precision", None)
-        if precision is None:
-            raise ValueError(
-                "The prior has no constant precision, so the bouncy particle sampler cannot "
-                "bound its event rate. Use sampler='sbps' or 'hmc'.")
+        A = self._bound_prerequisites("curvature_bound_eta")
+        precision = self.prior.precision
         S = None
         for part in model.map_chunks("_block_design_outer"):
             S = part if S is None else S + part

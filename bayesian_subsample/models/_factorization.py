@@ -40,6 +40,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ._rowmodel import ChunkedRowModel
+
 __all__ = ["MatrixFactorization", "FactorizationModel"]
 
 _LOG_2PI = float(np.log(2.0 * np.pi))
@@ -137,7 +139,7 @@ class MatrixFactorization:
         return out
 
 
-class FactorizationModel:
+class FactorizationModel(ChunkedRowModel):
     """A :class:`MatrixFactorization` bound to ratings: the row-model protocol.
 
     Parameters
@@ -203,19 +205,6 @@ class FactorizationModel:
         vals = np.concatenate([(w[:, None] * Vi).ravel(), (w[:, None] * Uu).ravel(), w, w])
         grad = np.bincount(pos, weights=vals, minlength=f.dim)
         return float(ll), grad
-
-    def _chunks(self):
-        for start in range(0, self.n_obs, self.chunk_size):
-            yield np.arange(start, min(start + self.chunk_size, self.n_obs))
-
-    def full_loglik_and_grad(self, theta, noise_precision=1.0):
-        """Full-data log likelihood and gradient, by chunks of ratings."""
-        total, grad = 0.0, np.zeros(self.dim)
-        for idx in self._chunks():
-            ll, g = self.loglik_and_grad(theta, idx, noise_precision)
-            total += ll
-            grad += g
-        return total, grad
 
     def sum_squared_residuals(self, theta):
         """``sum_n (r_n - b_u - c_i - U_u . V_i)^2`` over all ratings, by chunks."""

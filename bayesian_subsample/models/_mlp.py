@@ -33,6 +33,8 @@ from __future__ import annotations
 import numpy as np
 from scipy.special import expit, log_softmax
 
+from ._rowmodel import ChunkedRowModel
+
 __all__ = ["MLP", "MLPModel", "ACTIVATIONS", "OUTPUTS"]
 
 ACTIVATIONS = ("identity", "logistic", "tanh", "relu")
@@ -197,7 +199,7 @@ class MLP:
         return self.forward(theta, X)[1]
 
 
-class MLPModel:
+class MLPModel(ChunkedRowModel):
     """An :class:`MLP` bound to data: the row-model protocol of the likelihood layer.
 
     Parameters
@@ -233,19 +235,6 @@ class MLPModel:
     def loglik_rows(self, theta, idx, noise_precision=1.0):
         """Per-observation log likelihoods of rows ``idx``."""
         return self.network.loglik_rows(theta, self.X[idx], self.y[idx], noise_precision)
-
-    def _chunks(self):
-        for start in range(0, self.n_obs, self.chunk_size):
-            yield np.arange(start, min(start + self.chunk_size, self.n_obs))
-
-    def full_loglik_and_grad(self, theta, noise_precision=1.0):
-        """Full-data log likelihood and gradient, by chunks of rows."""
-        total, grad = 0.0, np.zeros(self.dim)
-        for idx in self._chunks():
-            ll, g = self.loglik_and_grad(theta, idx, noise_precision)
-            total += ll
-            grad += g
-        return total, grad
 
     def sum_squared_residuals(self, theta):
         """``sum_i ||y_i - f(x_i)||^2`` over all rows (gaussian output), by chunks."""
