@@ -191,24 +191,6 @@ class BayesianLogisticRegression(ClassifierMixin, ClassifierPredictiveMixin, _GL
     (2, 3)
     """
 
-    def __init__(self, sampler="hmc_ecs", prior_scale=10.0, intercept_prior_scale=10.0,
-                 fit_intercept=True, n_chains=4, n_warmup=1000, n_draws=1000,
-                 subsample_size=None, n_jobs=None, random_state=None, verbose=0,
-                 progress_bar=False, keep_partial_draws=False):
-        self.sampler = sampler
-        self.prior_scale = prior_scale
-        self.intercept_prior_scale = intercept_prior_scale
-        self.fit_intercept = fit_intercept
-        self.n_chains = n_chains
-        self.n_warmup = n_warmup
-        self.n_draws = n_draws
-        self.subsample_size = subsample_size
-        self.n_jobs = n_jobs
-        self.random_state = random_state
-        self.verbose = verbose
-        self.progress_bar = progress_bar
-        self.keep_partial_draws = keep_partial_draws
-
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
         tags.classifier_tags.multi_class = True

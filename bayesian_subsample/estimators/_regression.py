@@ -169,24 +169,6 @@ class BayesianPoissonRegressor(_BayesianRegressorBase):
     (2, 200, 5000)
     """
 
-    def __init__(self, sampler="hmc_ecs", prior_scale=10.0, intercept_prior_scale=10.0,
-                 fit_intercept=True, n_chains=4, n_warmup=1000, n_draws=1000,
-                 subsample_size=None, n_jobs=None, random_state=None, verbose=0,
-                 progress_bar=False, keep_partial_draws=False):
-        self.sampler = sampler
-        self.prior_scale = prior_scale
-        self.intercept_prior_scale = intercept_prior_scale
-        self.fit_intercept = fit_intercept
-        self.n_chains = n_chains
-        self.n_warmup = n_warmup
-        self.n_draws = n_draws
-        self.subsample_size = subsample_size
-        self.n_jobs = n_jobs
-        self.random_state = random_state
-        self.verbose = verbose
-        self.progress_bar = progress_bar
-        self.keep_partial_draws = keep_partial_draws
-
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
         tags.target_tags.positive_only = True
@@ -440,22 +422,15 @@ class BayesianLinearRegression(_BayesianRegressorBase):
                  subsample_size=None, n_jobs=None, random_state=None, verbose=0,
                  noise_prior="half_normal", noise_prior_scale=10.0, noise_prior_df=3.0,
                  progress_bar=False, keep_partial_draws=False):
-        self.sampler = sampler
-        self.prior_scale = prior_scale
-        self.intercept_prior_scale = intercept_prior_scale
-        self.fit_intercept = fit_intercept
-        self.n_chains = n_chains
-        self.n_warmup = n_warmup
-        self.n_draws = n_draws
-        self.subsample_size = subsample_size
-        self.n_jobs = n_jobs
-        self.random_state = random_state
-        self.verbose = verbose
-        self.keep_partial_draws = keep_partial_draws
+        super().__init__(sampler=sampler, prior_scale=prior_scale,
+                         intercept_prior_scale=intercept_prior_scale,
+                         fit_intercept=fit_intercept, n_chains=n_chains, n_warmup=n_warmup,
+                         n_draws=n_draws, subsample_size=subsample_size, n_jobs=n_jobs,
+                         random_state=random_state, verbose=verbose,
+                         progress_bar=progress_bar, keep_partial_draws=keep_partial_draws)
         self.noise_prior = noise_prior
         self.noise_prior_scale = noise_prior_scale
         self.noise_prior_df = noise_prior_df
-        self.progress_bar = progress_bar
 
     def fit(self, X, y, sample_weight=None):
         """Draw from the posterior given responses ``y``.
