@@ -139,3 +139,43 @@ def test_set_up_passes_run_single_threaded_blas_and_restore_it(backend):
             seen = post.model.chunk_map(_blas_threads, range(4))
         assert _blas_threads() == before
     assert seen == [1, 1, 1, 1]
+
+
+def _wide_posterior():
+    rng = np.random.default_rng(6)
+    X = rng.standard_normal((10_000, 60))
+    y = (rng.random(10_000) < 0.3).astype(float)
+    return TallPosterior(GLM(X, y, LogisticFamily()), GaussianPrior(np.full(61, 3.0)))
+
+
+def test_set_up_sums_do_not_depend_on_the_callers_blas_threads():
+    """With one BLAS policy (issue 15) the set-up sums -- hence theta*, the mass
+    matrix and the draws -- are the same whatever thread count the caller's
+    process has (before, the parent's passes ran with its default threads, and
+    a multi-threaded gemm sums in another order)."""
+    from threadpoolctl import threadpool_limits
+
+    post = _wide_posterior()
+    theta = np.linspace(-0.1, 0.1, post.dim)
+    out = []
+    for threads in (1, 2):
+        with threadpool_limits(threads, user_api="blas"), set_up_passes(post, None):
+            out.append(post.expand(theta))
+    assert np.array_equal(out[0].hess, out[1].hess)
+    assert np.array_equal(out[0].grad, out[1].grad)
+
+
+def test_blas_threads_change_the_sums_negative_control():
+    """Without the policy two BLAS threads give other last bits (where BLAS
+    threads at all: skipped on a single-core machine)."""
+    from threadpoolctl import threadpool_limits
+
+    post = _wide_posterior()
+    theta = np.linspace(-0.1, 0.1, post.dim)
+    out = []
+    for threads in (1, 2):
+        with threadpool_limits(threads, user_api="blas"):
+            out.append(post.expand(theta).hess)
+    if np.array_equal(out[0], out[1]):
+        pytest.skip("BLAS gives the same sums with 1 and 2 threads on this machine")
+    assert np.allclose(out[0], out[1], rtol=1e-12)
