@@ -313,34 +313,22 @@ class ControlVariateGradient(_GLMGradient):
 
     def _residuals(self, position, Xr, yr, wr):
         model = self.model
-        if getattr(model, "n_linear_predictors", 1) != 1:
-            return self._residuals_multi(position, Xr, yr, wr)
-        # One forward product for eta* and eta - eta* (columns theta*, Delta).
-        both = model.eta(np.column_stack([self.theta_star, position - self.theta_star]), Xr)
-        eta_star, d_eta = both[:, 0], both[:, 1]
+        multi = getattr(model, "n_linear_predictors", 1) != 1
+        if multi:
+            # K linear predictors: residuals (m, K), ``C_i* delta_i`` by O(m K^2) products.
+            eta_star = model.eta(self.theta_star, Xr)
+            d_eta = model.eta(position - self.theta_star, Xr)
+        else:
+            # One forward product for eta* and eta - eta* (columns theta*, Delta).
+            both = model.eta(np.column_stack([self.theta_star, position - self.theta_star]), Xr)
+            eta_star, d_eta = both[:, 0], both[:, 1]
+        r = _grad_eta(model, yr, wr, eta_star + d_eta)
         if self.order == 1:
-            r = _grad_eta(model, yr, wr, eta_star + d_eta)
             r -= _grad_eta(model, yr, wr, eta_star)
             return r
         _, d1_star, d2_star = model.eta_terms(yr, wr, eta_star, 2)
-        r = _grad_eta(model, yr, wr, eta_star + d_eta)
         r -= d1_star
-        r -= d2_star * d_eta
-        return r
-
-    def _residuals_multi(self, position, Xr, yr, wr):
-        """K linear predictors: residuals (m, K), ``C_i* delta_i`` by O(m K^2) products."""
-        model = self.model
-        eta_star = model.eta(self.theta_star, Xr)
-        d_eta = model.eta(position - self.theta_star, Xr)
-        if self.order == 1:
-            r = _grad_eta(model, yr, wr, eta_star + d_eta)
-            r -= _grad_eta(model, yr, wr, eta_star)
-            return r
-        _, d1_star, d2_star = model.eta_terms(yr, wr, eta_star, 2)
-        r = _grad_eta(model, yr, wr, eta_star + d_eta)
-        r -= d1_star
-        r -= np.einsum("ikl,il->ik", d2_star, d_eta)
+        r -= np.einsum("ikl,il->ik", d2_star, d_eta) if multi else d2_star * d_eta
         return r
 
     def _population_term(self, position):

@@ -38,6 +38,7 @@ which is evaluated exactly (no Monte Carlo).
 
 from __future__ import annotations
 
+import abc
 from typing import Protocol, runtime_checkable
 
 import numpy as np
@@ -222,7 +223,7 @@ def poisson_mixture_quantile(p, rate, weights, mean, sd):
     return np.maximum(out, 0.0)
 
 
-class GaussianPredictive:
+class GaussianPredictive(abc.ABC):
     """The predictive interface of ``y ~ N(eta, s^2)`` (identity link).
 
     Every method takes ``noise_scale``: the noise sd ``s``, a scalar or one
@@ -231,8 +232,9 @@ class GaussianPredictive:
     unknown and must come from the posterior draws).
     """
 
+    @abc.abstractmethod
     def _noise_scale(self, noise_scale):
-        raise NotImplementedError
+        """The noise sd to use: ``noise_scale``, or the family's own when it is None."""
 
     def inverse_link(self, eta):
         """The identity: ``E[y | eta] = eta`` (a float64 copy)."""

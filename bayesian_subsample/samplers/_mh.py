@@ -12,6 +12,8 @@ warm-up, so the post-warm-up chain is a fixed MH kernel.
 
 from __future__ import annotations
 
+import abc
+
 import math
 import time
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -83,8 +85,9 @@ class _MHFamily(SamplerConfig):
     target_accept: str | float
     reference_fraction: float
 
+    @abc.abstractmethod
     def _init_state(self, posterior, position):
-        raise NotImplementedError
+        """The kernel state at ``position`` (each MH sampler builds its own)."""
 
     def _rows_per_decision(self, posterior):
         raise NotImplementedError
