@@ -40,6 +40,8 @@ def main(argv=None):
         with open(path) as fh:
             for line in fh:
                 rec = json.loads(line)
+                if rec.get("tune"):
+                    continue
                 if rec.get("final"):
                     finals[rec["method"]] = rec
                     continue
