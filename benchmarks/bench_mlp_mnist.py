@@ -33,28 +33,47 @@ passes at every grid value and keeps, per method, the value with the lowest
 *validation* error (one ``"tune"`` JSON line per trial), then runs the full
 budget at it.  The test set is never used for the choice.
 
-Each method runs in its own process (``--methods`` selects; run them side by
-side), single-threaded BLAS; ``--max-minutes`` stops a method early and the
-curves so far are kept (the JSON says how many passes were done).
+``--tune-grid`` takes one grid for every method or ``method=v1,v2,...``
+entries (a grid per method: the optimisers' and samplers' useful ranges
+differ by a factor of about 100, see above).
 
-    nice -n 10 python benchmarks/bench_mlp_mnist.py --methods sghmc --out sghmc.jsonl &
-    nice -n 10 python benchmarks/bench_mlp_mnist.py --methods sgld \
-        --tune-grid 2e-6 1e-5 4e-5 1e-4 2e-4 --tune-passes 40 --out sgld.jsonl
-    python benchmarks/plot_mlp_mnist.py sgd.jsonl sgd_momentum.jsonl sgld.jsonl \
-        sghmc.jsonl --out fig4.png
+Every method runs single-threaded BLAS; ``--jobs J`` runs J methods at a time
+in worker processes (one run of the script for all four on 2 cores), each
+worker appending its JSON lines to ``--out``.  ``--max-minutes`` stops a
+method early and the curves so far are kept (the JSON says how many passes
+were done).
+
+Calibration.  The final line of a sampler also gives the log loss, ECE and
+signed gap ``mean confidence - accuracy`` (negative: under-confident) of
+two other predictives, so that a poorly calibrated average can be traced to
+its cause: ``late_*`` averages only the draws of the second half of the
+post-burn-in passes (are early, poorly fitted networks diluting it?), and
+``thinned_*`` averages ``--networks-kept`` networks evenly spaced over the
+post-burn-in passes, what :class:`BayesianMLPClassifier` stores and
+predicts with (its default keeps 20).  Predictive averages are accumulated
+incrementally (one (n_test, 10) sum per predictive); evaluation costs one
+forward pass over the 20,000 validation and test rows per pass (about an
+eighth of a training pass).
+
+    nice -n 10 python benchmarks/bench_mlp_mnist.py --jobs 2 --passes 800 \
+        --tune-grid sgd=1e-5,4e-5,1e-4 sgd_momentum=1e-6,2e-6,4e-6 \
+        sgld=4e-5,1e-4,2e-4 sghmc=1e-6,2e-6,4e-6 --tune-passes 20 --out fig4.jsonl
+    python benchmarks/plot_mlp_mnist.py fig4.jsonl --out fig4.png
 """
 
 import argparse
 import json
 import sys
 import time
+from concurrent.futures import ProcessPoolExecutor
 
 import numpy as np
 from threadpoolctl import threadpool_limits
 
 from bayesian_subsample.likelihood._model_target import HierarchicalPosterior
 from bayesian_subsample.models._mlp import MLP, MLPModel
-from bayesian_subsample.samplers._sg_model import METHODS, ModelSG, run_model_chain
+from bayesian_subsample.samplers._sg_model import (
+    METHODS, ModelSG, _kept_iterations, run_model_chain)
 
 
 def load_split(path, seed):
@@ -78,6 +97,13 @@ def log_loss(p, y):
     return float(-np.mean(np.log(np.clip(p[np.arange(len(y)), y], 1e-15, None))))
 
 
+def calibration(p, y, prefix=""):
+    """Log loss, ECE and signed gap (mean top-class confidence minus accuracy)."""
+    gap = float(p.max(axis=1).mean() - np.mean(p.argmax(axis=1) == y))
+    return {prefix + "log_loss": log_loss(p, y), prefix + "ece": ece(p, y),
+            prefix + "confidence_gap": gap}
+
+
 def ece(p, y, n_bins=15):
     conf = p.max(axis=1)
     correct = p.argmax(axis=1) == y
@@ -99,15 +125,34 @@ def main(argv=None):
     ap.add_argument("--batch-size", type=int, default=500)
     ap.add_argument("--learning-rate", nargs="+", default=["2e-6"],
                     help="one eta for all methods, or method=eta pairs (others: 2e-6)")
-    ap.add_argument("--tune-grid", nargs="+", type=float, default=None,
-                    help="choose eta per method from these by validation error")
+    ap.add_argument("--tune-grid", nargs="+", default=None,
+                    help="choose eta per method by validation error from these values, "
+                         "or from method=v1,v2,... grids")
     ap.add_argument("--tune-passes", type=int, default=40)
     ap.add_argument("--momentum-decay", type=float, default=0.01)
     ap.add_argument("--hidden", type=int, default=100)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--max-minutes", type=float, default=np.inf)
+    ap.add_argument("--networks-kept", type=int, default=20,
+                    help="networks of the thinned predictive (the estimator's default)")
+    ap.add_argument("--jobs", type=int, default=1, help="methods run at a time (processes)")
     ap.add_argument("--out", default=None, help="JSON lines file (default: stdout)")
     args = ap.parse_args(argv)
+    rates = parse_rates(args.learning_rate, args.methods)
+    grids = parse_grids(args.tune_grid, args.methods)
+    if args.out is None or args.jobs <= 1:
+        for method in args.methods:
+            run_method(args, method, rates[method], grids.get(method))
+        return
+    with ProcessPoolExecutor(max_workers=args.jobs) as pool:
+        futures = [pool.submit(run_method, args, m, rates[m], grids.get(m))
+                   for m in args.methods]
+        for f in futures:
+            f.result()
+
+
+def run_method(args, method, eta, grid):
+    """Tune ``eta`` on the validation set (if ``grid``), then run the full budget."""
     out = open(args.out, "a") if args.out else sys.stdout
     xtr, ytr, xva, yva, xte, yte = load_split(args.data, args.seed)
     net = MLP(784, (args.hidden,), 10, "logistic", "softmax")
@@ -117,24 +162,31 @@ def main(argv=None):
     class Stop(Exception):
         pass
 
-    rates = parse_rates(args.learning_rate, args.methods)
-
-    def run(method, eta, n_passes, burn_in, report):
-        """Run one method for ``n_passes``; return its final record."""
+    def run(eta, n_passes, burn_in, report):
+        """Run ``method`` for ``n_passes``; return its final record."""
         config = ModelSG(method=method, subsample_size=args.batch_size,
                          learning_rate=eta, momentum_decay=args.momentum_decay)
         sampling = method in ("sgld", "sghmc", "hmc")
-        acc = {"test": np.zeros((len(yte), 10)), "val": np.zeros((len(yva), 10)), "n": 0}
+        n_post = n_passes - burn_in
+        late_from = burn_in + n_post // 2
+        thinned_at = set((burn_in + _kept_iterations(n_post, args.networks_kept)).tolist())
+        # Running sums of the predictive probabilities: every post-burn-in
+        # draw, the second half only, and the thinned networks.
+        acc = {k: {"test": np.zeros((len(yte), 10)), "val": np.zeros((len(yva), 10)), "n": 0}
+               for k in ("all", "late", "thinned")}
         final = {}
         t0 = time.perf_counter()
 
         def callback(it, theta, hyper):
             pt, pv = softmax_probs(net, theta, xte), softmax_probs(net, theta, xva)
             if sampling and it >= burn_in:
-                acc["test"] += pt
-                acc["val"] += pv
-                acc["n"] += 1
-                pt, pv = acc["test"] / acc["n"], acc["val"] / acc["n"]
+                for key, use in (("all", True), ("late", it >= late_from),
+                                 ("thinned", it in thinned_at)):
+                    if use:
+                        acc[key]["test"] += pt
+                        acc[key]["val"] += pv
+                        acc[key]["n"] += 1
+                pt, pv = acc["all"]["test"] / acc["all"]["n"], acc["all"]["val"] / acc["all"]["n"]
             final.update(pt=pt, pv=pv, passes=it + 1)
             wall = time.perf_counter() - t0
             if report:
@@ -142,39 +194,63 @@ def main(argv=None):
                     "method": method, "pass": it + 1,
                     "test_error": float(np.mean(pt.argmax(1) != yte)),
                     "val_error": float(np.mean(pv.argmax(1) != yva)),
-                    "draws_averaged": acc["n"], "wall_seconds": round(wall, 2),
+                    "draws_averaged": acc["all"]["n"], "wall_seconds": round(wall, 2),
                     "prior_precision": [round(float(v), 4) for v in hyper.precisions]}),
                     file=out, flush=True)
             if wall > 60 * args.max_minutes:
                 raise Stop
 
         rng = np.random.default_rng(np.random.SeedSequence(args.seed).spawn(1)[0])
+        c0 = time.process_time()
         with threadpool_limits(limits=1, user_api="blas"):
             try:
                 run_model_chain(config, rng, posterior, 0, n_passes, trace=callback)
             except Stop:
                 pass
         pt, pv = final["pt"], final["pv"]
-        return {
+        rec = {
             "method": method, "passes_done": final["passes"], "passes_requested": n_passes,
             "burn_in": burn_in, "val_error": float(np.mean(pv.argmax(1) != yva)),
             "test_error": float(np.mean(pt.argmax(1) != yte)),
-            "test_log_loss": log_loss(pt, yte), "test_ece": ece(pt, yte),
-            "draws_averaged": acc["n"], "wall_seconds": round(time.perf_counter() - t0, 1),
+            **calibration(pt, yte, "test_"),
+            "draws_averaged": acc["all"]["n"], "wall_seconds": round(time.perf_counter() - t0, 1),
+            "cpu_seconds": round(time.process_time() - c0, 1),
             "learning_rate": eta, "momentum_decay": args.momentum_decay,
             "batch_size": args.batch_size}
+        for key in ("late", "thinned"):
+            if acc[key]["n"]:
+                p = acc[key]["test"] / acc[key]["n"]
+                rec.update({f"{key}_draws": acc[key]["n"],
+                            f"{key}_test_error": float(np.mean(p.argmax(1) != yte)),
+                            **calibration(p, yte, f"{key}_test_")})
+        return rec
 
-    for method in args.methods:
-        eta = rates[method]
-        if args.tune_grid:
-            trials = []
-            for value in args.tune_grid:
-                rec = run(method, value, args.tune_passes, args.tune_passes // 4, False)
-                print(json.dumps({"tune": True, **rec}), file=out, flush=True)
-                trials.append((rec["val_error"], value))
-            eta = min(trials)[1]
-        rec = run(method, eta, args.passes, args.burn_in, True)
-        print(json.dumps({"final": True, **rec}), file=out, flush=True)
+    if grid:
+        trials = []
+        for value in grid:
+            rec = run(value, args.tune_passes, args.tune_passes // 4, False)
+            print(json.dumps({"tune": True, **rec}), file=out, flush=True)
+            trials.append((rec["val_error"], value))
+        eta = min(trials)[1]
+    rec = run(eta, args.passes, args.burn_in, True)
+    print(json.dumps({"final": True, **rec}), file=out, flush=True)
+
+
+def parse_grids(values, methods):
+    """``["1e-5", "4e-5"]`` (every method) or ``["sgd=1e-5,4e-5", ...]`` to a dict."""
+    if not values:
+        return {}
+    grids = {}
+    for value in values:
+        if "=" in value:
+            name, vals = value.split("=", 1)
+            if name not in METHODS:
+                raise SystemExit(f"--tune-grid names {name!r}, not one of {METHODS}")
+            grids[name] = [float(v) for v in vals.split(",")]
+        else:
+            for m in methods:
+                grids.setdefault(m, []).append(float(value))
+    return {m: g for m, g in grids.items() if m in methods}
 
 
 def parse_rates(values, methods):

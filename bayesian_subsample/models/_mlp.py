@@ -139,11 +139,16 @@ class MLP:
     def _dtype(self, X):
         return X.dtype if X.dtype in (np.float32, np.float64) else np.float64
 
-    def forward(self, theta, X):
-        """Activations of every layer (input first) and the output pre-activation."""
+    def forward(self, theta, X, layers=None):
+        """Activations of every layer (input first) and the output pre-activation.
+
+        ``layers`` is ``unpack(theta, X.dtype)`` if the caller has it (the
+        backward pass reuses the same cast weights: one cast per minibatch).
+        """
         dt = self._dtype(X)
         acts = [np.asarray(X, dtype=dt)]
-        layers = self.unpack(theta, dt)
+        if layers is None:
+            layers = self.unpack(theta, dt)
         a = acts[0]
         for layer, (W, b) in enumerate(layers):
             z = a @ W
@@ -180,18 +185,20 @@ class MLP:
 
     def loglik_and_grad(self, theta, X, y, noise_precision=1.0):
         """``sum_i log p(y_i|x_i, theta)`` and its gradient (float64, shape (dim,))."""
-        acts, z = self.forward(theta, X)
+        layers = self.unpack(theta, self._dtype(X))
+        acts, z = self.forward(theta, X, layers)
         ll, delta = self.output_loglik(z, y, noise_precision)
         grad = np.empty(self.dim)
-        dt = acts[0].dtype
-        layers = self.unpack(theta, dt)
         for layer in range(self.n_layers - 1, -1, -1):
             w, b = self.slices[layer]
-            grad[w] = (acts[layer].T @ delta).ravel()
+            fan_in, fan_out = self.layer_shapes[layer]
+            # The product is written straight into the float64 gradient (one
+            # cast, no intermediate ravel copy).
+            grad[w].reshape(fan_in, fan_out)[...] = acts[layer].T @ delta
             grad[b] = delta.sum(axis=0, dtype=np.float64)
             if layer:
-                delta = (delta @ layers[layer][0].T) * _activation_slope(self.activation,
-                                                                         acts[layer])
+                delta = delta @ layers[layer][0].T
+                delta *= _activation_slope(self.activation, acts[layer])
         return float(ll.sum()), grad
 
     def predict_output(self, theta, X):
