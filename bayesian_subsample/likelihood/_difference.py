@@ -41,9 +41,14 @@ using ``grad sigma2_hat = (2 n^2/m^2) sum_i (d_i - dbar) x_i g_i`` (the
 from __future__ import annotations
 
 import math
+import threading
 from typing import NamedTuple
 
 import numpy as np
+
+from ..models._glm import GLM
+
+_GLM_ETA_TERMS = GLM.eta_terms
 
 __all__ = ["Subsample", "DifferenceEstimator", "ConditionalTarget", "block_layout"]
 
@@ -158,15 +163,20 @@ class DifferenceEstimator:
         """Draw ``m`` indices uniformly with replacement."""
         return self._subsample_from(rng.integers(0, self.model.n_obs, self.subsample_size))
 
+    def _draw_block(self, rng):
+        g = int(rng.integers(self.n_blocks))
+        lo, hi = g * self.block_size, (g + 1) * self.block_size
+        return lo, hi, rng.integers(0, self.model.n_obs, self.block_size)
+
     def propose_subsample(self, rng, sub):
         """Redraw one of the ``G`` blocks uniformly at random (rho ~ 1 - 1/G).
 
         Returns a new :class:`Subsample`; ``sub`` is not modified.  Costs the
-        gather of ``m / G`` rows.
+        gather of ``m / G`` rows and a copy of every field (the kernel uses
+        :meth:`propose_in_place`, which draws the same proposal without the
+        copies).
         """
-        g = int(rng.integers(self.n_blocks))
-        lo, hi = g * self.block_size, (g + 1) * self.block_size
-        new_idx = rng.integers(0, self.model.n_obs, self.block_size)
+        lo, hi, new_idx = self._draw_block(rng)
         fresh = self._subsample_from(new_idx)
         fields = []
         for old, new in zip(sub, fresh):
@@ -177,6 +187,45 @@ class DifferenceEstimator:
             arr[lo:hi] = new
             fields.append(arr)
         return Subsample(*fields)
+
+    def propose_in_place(self, rng, sub):
+        """:meth:`propose_subsample` written into ``sub``'s own arrays.
+
+        Draws the same block and indices from ``rng``, gathers the ``m / G``
+        new rows straight into their block of the cached design and computes
+        their Taylor coefficients there; nothing else is copied.  Returns
+        ``(sub, undo)``: ``sub`` now holds the proposal, and
+        :meth:`undo_proposal` with ``undo`` (the replaced block, ``m / G`` rows
+        of each field) restores the current subsample if the proposal is
+        rejected.  Any other reference to ``sub`` sees the proposal.
+        """
+        lo, hi, new_idx = self._draw_block(rng)
+        undo = (lo, hi, tuple(None if f is None else f[lo:hi].copy() for f in sub))
+        Zb = sub.Z[lo:hi]
+        yr, wr = self.model.gather_design(new_idx, Zb)
+        sub.indices[lo:hi] = new_idx
+        sub.y[lo:hi] = yr
+        if sub.w is not None:
+            sub.w[lo:hi] = wr
+        ex = self.expansion
+        eta_star = self.design_eta(Zb, ex.theta_star)
+        sub.eta_star[lo:hi] = eta_star
+        a, b, c = self.model.eta_terms(yr, wr, eta_star, 2)
+        sub.a[lo:hi] = a
+        if ex.order >= 1:
+            sub.b[lo:hi] = b
+        if ex.order >= 2:
+            np.multiply(c, 0.5, out=sub.half_c[lo:hi])
+        return sub, undo
+
+    @staticmethod
+    def undo_proposal(sub, undo):
+        """Write back the block :meth:`propose_in_place` replaced; returns ``sub``."""
+        lo, hi, saved = undo
+        for field, old in zip(sub, saved):
+            if old is not None:
+                field[lo:hi] = old
+        return sub
 
     def n_rows(self, sub):
         """Rows one evaluation on ``sub`` reads (``m``)."""
@@ -215,8 +264,64 @@ class DifferenceEstimator:
         # q = a + delta^T (b + C delta / 2) and dq/deta = b + C delta.
         return ell - (sub.a + np.einsum("ik,ik->i", delta, slope)), d1 - (slope + hcd)
 
+    def _scratch(self, m):
+        """Six float64 work arrays of length ``m``, one set per thread."""
+        local = self.__dict__.get("_local")
+        if local is None:
+            local = self.__dict__.setdefault("_local", threading.local())
+        bufs = getattr(local, "bufs", None)
+        if bufs is None or len(bufs[0]) != m:
+            bufs = local.bufs = tuple(np.empty(m) for _ in range(6))
+        return bufs
+
+    def __getstate__(self):
+        state = dict(self.__dict__)
+        state.pop("_local", None)  # scratch space, per thread; rebuilt on demand
+        return state
+
+    def _evaluate_into(self, theta, sub, loglik_into):
+        """:meth:`evaluate` for one linear predictor, in preallocated work arrays.
+
+        The operations and their order are those of :meth:`differences` and
+        :meth:`evaluate` (bit-identical results); only the temporaries are
+        reused, which takes the per-estimate cost of ``m``-vector arithmetic
+        to its floor (``benchmarks/bench_iteration.py``).
+        """
+        m = len(sub.y)
+        eta, delta, ell, g, tmp, d = self._scratch(m)
+        np.matmul(sub.Z, theta, out=eta)
+        np.subtract(eta, sub.eta_star, out=delta)
+        loglik_into(sub.y, eta, ell, g, tmp)
+        if sub.w is not None:
+            np.multiply(ell, sub.w, out=ell)
+            np.multiply(g, sub.w, out=g)
+        hcd = np.multiply(sub.half_c, delta, out=tmp)
+        slope = np.add(sub.b, hcd, out=eta)
+        # d = ell - (a + delta slope), g = d1 - (slope + hcd): see differences().
+        np.multiply(delta, slope, out=d)
+        np.add(sub.a, d, out=d)
+        np.subtract(ell, d, out=d)
+        np.add(slope, hcd, out=slope)
+        np.subtract(g, slope, out=g)
+        total = float(d.sum())
+        dev = np.subtract(d, total / m, out=d)
+        sigma2 = self._n2_over_m2 * float(dev @ dev)
+        qsum, qgrad = self.expansion.population_sum(theta)
+        lp, gp = self.prior.logdensity_and_grad(theta)
+        np.multiply(dev, self._n2_over_m2, out=dev)
+        np.subtract(self._n_over_m, dev, out=dev)
+        np.multiply(g, dev, out=g)
+        grad = sub.Z.T @ g
+        grad += qgrad
+        grad += gp
+        return Estimate(qsum + self._n_over_m * total - 0.5 * sigma2 + lp, grad, sigma2)
+
     def evaluate(self, theta, sub):
         """Perturbed log posterior estimate, gradient and ``sigma2_hat``."""
+        if self.n_linear_predictors == 1:
+            into = getattr(getattr(self.model, "family", None), "loglik_into", None)
+            if into is not None and type(self.model).eta_terms is _GLM_ETA_TERMS:
+                return self._evaluate_into(theta, sub, into)
         d, g = self.differences(theta, sub)
         total = float(d.sum())
         dev = d - total / len(d)

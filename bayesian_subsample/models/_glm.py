@@ -122,6 +122,28 @@ class LogisticFamily:
         return ell, y - mu, -mu * (1.0 - mu)
 
     @staticmethod
+    def loglik_into(y, eta, ell, d1, tmp):
+        """``loglik(y, eta, 1)`` written into ``ell`` and ``d1``; ``tmp`` is scratch.
+
+        The same operations in the same order as :meth:`loglik` (bit-identical
+        results), into caller-owned arrays of the shape of ``eta``, so that an
+        estimator evaluated thousands of times on one subsample allocates
+        nothing per call.
+        """
+        e = np.abs(eta, out=tmp)
+        np.negative(e, out=e)
+        np.exp(e, out=e)
+        np.multiply(y, eta, out=ell)
+        np.subtract(ell, np.maximum(eta, 0.0, out=d1), out=ell)
+        np.subtract(ell, np.log1p(e, out=d1), out=ell)
+        np.add(e, 1.0, out=d1)
+        np.divide(1.0, d1, out=d1)          # r = 1 / (1 + e)
+        np.multiply(e, d1, out=e)           # e r
+        np.copyto(e, d1, where=eta >= 0.0)  # mu = where(eta >= 0, r, e r)
+        np.subtract(y, e, out=d1)
+        return ell, d1
+
+    @staticmethod
     def grad_eta(y, eta):
         """``d ell / d eta = y - sigmoid(eta)`` alone (one transcendental call)."""
         e = np.exp(-np.abs(eta))
@@ -336,6 +358,26 @@ class GLM:
         if self.fit_intercept:
             return np.hstack([np.ones((Xr.shape[0], 1)), Xr])
         return Xr
+
+    def gather_design(self, idx, out):
+        """Write the design rows of observations ``idx`` into ``out``; return ``(yr, wr)``.
+
+        ``out`` is a float64 array of shape ``(len(idx), dim)`` (for example a
+        block of a cached subsample), so a subsample update writes its new
+        rows in place instead of building them and copying them in.  The
+        values are those of ``design(rows(idx)[0])``: a float32 ``X`` is read
+        as float32 and widened exactly in the copy.
+        """
+        Xr, yr, wr = self.rows(idx)
+        if type(self).design is GLM.design:
+            if self.fit_intercept:
+                out[:, 0] = 1.0
+                out[:, 1:] = Xr
+            else:
+                out[...] = Xr
+        else:
+            out[...] = self.design(Xr)
+        return yr, wr
 
     # ---------------------------------------------- per-observation terms
     def eta_terms(self, yr, wr, eta, order=0):

@@ -30,6 +30,7 @@ Tuning follows Dang et al. (2019, §6.3):
 
 from __future__ import annotations
 
+import copy
 import math
 import time
 from typing import TYPE_CHECKING, NamedTuple
@@ -447,7 +448,10 @@ class _HMCFamily(SamplerConfig):
         if resume is not None:
             adapt = resume["adapt"]
             adapter.restore(resume["adapter"], adapt.expansion)
-            out = run(_HMCChain(self, adapter, posterior, 0, n_draws), rng, resume["state"],
+            # The subsample is updated in place (hmc_ecs.update_subsample): the
+            # continued chain gets its own copy, so the stored state stays valid.
+            out = run(_HMCChain(self, adapter, posterior, 0, n_draws), rng,
+                      copy.deepcopy(resume["state"]),
                       adapt, 0, n_draws, posterior.dim, callback=callback, stop=stop,
                       warm_up=False, first_draw=resume["iteration"])
             offset, snapshot = resume["iteration"], resume["adapter"]

@@ -97,20 +97,34 @@ def update_subsample(rng: np.random.Generator, state: HMCECSState,
                      estimator: SubsampleEstimator):
     """Step 1 of Algorithm 1: pseudo-marginal MH update of ``u`` given theta.
 
+    When the estimator can propose in place (``propose_in_place`` and
+    ``undo_proposal``, as the difference estimator does) the proposal is
+    written into the current subsample's arrays and undone on rejection, so
+    no field of the ``m``-row subsample is copied; the draws are the same
+    either way.
+
     Returns ``(state, acceptance_rate, accepted, n_obs_evaluated)``.
     """
-    proposal = estimator.propose_subsample(rng, state.subsample)
+    in_place = getattr(estimator, "propose_in_place", None)
+    if in_place is None:
+        proposal = estimator.propose_subsample(rng, state.subsample)
+        undo = None
+    else:
+        proposal, undo = in_place(rng, state.subsample)
     est = estimator.evaluate(state.position, proposal)
     cost = estimator.n_rows(proposal)
-    if not np.isfinite(est.logdensity):
-        return state, 0.0, False, cost
-    # The prior and sum_k q_k(theta) are common to both estimates and cancel.
-    log_ratio = est.logdensity - state.logdensity
-    acceptance = float(np.exp(min(0.0, log_ratio)))
-    if rng.random() < acceptance:
-        new = HMCECSState(state.position, float(est.logdensity), est.grad, proposal,
-                          float(est.loglik_var), float(est.sign))
-        return new, acceptance, True, cost
+    if np.isfinite(est.logdensity):
+        # The prior and sum_k q_k(theta) are common to both estimates and cancel.
+        log_ratio = est.logdensity - state.logdensity
+        acceptance = float(np.exp(min(0.0, log_ratio)))
+        if rng.random() < acceptance:
+            new = HMCECSState(state.position, float(est.logdensity), est.grad, proposal,
+                              float(est.loglik_var), float(est.sign))
+            return new, acceptance, True, cost
+    else:
+        acceptance = 0.0
+    if undo is not None:
+        getattr(estimator, "undo_proposal")(proposal, undo)
     return state, acceptance, False, cost
 
 

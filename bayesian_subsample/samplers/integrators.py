@@ -83,7 +83,7 @@ def leapfrog(target: DifferentiableTarget, position, momentum, logdensity_grad, 
             x = x + eps * velocity(p, metric)
             if grad_only is not None and i < n_steps - 1:
                 grad = grad_only(x)
-                if not np.all(np.isfinite(grad)):
+                if not np.isfinite(grad).all():
                     return IntegratorState(x, p, -np.inf, grad, i + 1, True)
                 p = p + eps * grad
                 continue
@@ -91,7 +91,7 @@ def leapfrog(target: DifferentiableTarget, position, momentum, logdensity_grad, 
                 logdensity, grad = target.logdensity_and_grad(x)
             else:
                 logdensity, grad, aux = with_aux(x)
-            if not (np.isfinite(logdensity) and np.all(np.isfinite(grad))):
+            if not (np.isfinite(logdensity) and np.isfinite(grad).all()):
                 return IntegratorState(x, p, -np.inf, grad, i + 1, True, aux)
             p = p + (eps if i < n_steps - 1 else half) * grad
     return IntegratorState(x, p, float(logdensity), grad, n_steps, False, aux)
