@@ -128,6 +128,95 @@ def test_gibbs_conditionals_of_the_precisions_ks():
     assert stats.kstest(taus, wrong.cdf).pvalue < 1e-6
 
 
+class _RecordingPosterior(HierarchicalPosterior):
+    """Records every Gibbs draw with the position it was drawn at, and the
+    hyperparameters each minibatch gradient estimator is built with."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.calls, self.estimator_hypers = [], []
+
+    def sample_hyper(self, rng, position, hyper):
+        new, cost = super().sample_hyper(rng, position, hyper)
+        self.calls.append((position.copy(), new))
+        return new, cost
+
+    def gradient_estimator(self, subsample_size, hyper):
+        self.estimator_hypers.append(hyper)
+        return super().gradient_estimator(subsample_size, hyper)
+
+
+def _pit_uniformity(calls, model, f, shape, rate, shape_slip=0.0):
+    """KS p-values of the probability integral transforms of the recorded
+    Gibbs draws under their exact Gamma conditionals given the recorded
+    positions (each one Uniform(0, 1) and independent of the past, so the
+    pooled values are iid uniform); ``shape_slip`` adds ``d_g / 2`` (or
+    ``n / 2``) to the shape: the wrong conditional of the negative control."""
+    groups, sizes = f.groups(), np.bincount(f.groups())
+    pit = [[] for _ in range(f.n_groups + 1)]
+    for theta, hyper in calls:
+        sq = np.bincount(groups, weights=theta ** 2)
+        for g in range(f.n_groups):
+            a = shape + (0.5 + shape_slip) * sizes[g]
+            pit[g].append(stats.gamma.cdf(hyper.precisions[g], a, scale=1 / (rate + 0.5 * sq[g])))
+        ssr = model.sum_squared_residuals(theta)
+        a = shape + (0.5 + shape_slip) * model.n_obs
+        pit[-1].append(stats.gamma.cdf(hyper.noise_precision, a, scale=1 / (rate + 0.5 * ssr)))
+    return [stats.kstest(u, "uniform").pvalue for u in pit]
+
+
+@pytest.mark.parametrize("method", ["sghmc", "sgld"])
+def test_gibbs_every_k_steps_draws_from_the_exact_conditionals(method):
+    """The paper's schedule (a Gibbs step every k minibatch steps, §4.3): the
+    draws happen after exactly every k-th update, counted across passes; each
+    follows its exact Gamma conditional given the chain's position at that
+    moment (PIT + KS, pooled over ~200 draws per precision), with the
+    wrong-shape conditional rejected as negative control; and the gradient
+    estimator after each draw uses the new precisions."""
+    f, model, _ = _problem(n_users=12, n_items=9, K=2, n=150, seed=4)
+    post = _RecordingPosterior(model, f.groups(), f.init, prior_shape=1.5, prior_rate=0.7)
+    k, n_iter = 7, 30
+    config = ModelSG(method=method, subsample_size=15, learning_rate=2e-3,
+                     momentum_decay=0.1, n_networks_kept=1, gibbs_every=k)
+    res = run_model_chain(config, np.random.default_rng(8), post, 5, n_iter - 5)
+    steps = res.extra["updates_per_iteration"]
+    assert steps == 50 and res.extra["n_updates"] == n_iter * steps
+    calls = post.calls[1:]          # the first is the initial draw (init_hyper)
+    assert len(calls) == res.extra["n_gibbs_steps"] == (n_iter * steps) // k
+    # One estimator per pass plus one after each Gibbs draw, built with that draw.
+    assert len(post.estimator_hypers) == n_iter + len(calls)
+    used = {id(h) for h in post.estimator_hypers}
+    assert all(id(c[1]) in used for c in calls)
+    # The chain moved between draws (they are drawn at current, not stale, positions).
+    assert all(not np.array_equal(a[0], b[0]) for a, b in zip(calls, calls[1:]))
+    ok = _pit_uniformity(calls, model, f, 1.5, 0.7)
+    bad = _pit_uniformity(calls, model, f, 1.5, 0.7, shape_slip=0.5)
+    assert min(ok) > 1e-3, ok
+    assert max(bad) < 1e-6, bad
+
+
+def test_gibbs_schedule_auto_pass_and_int():
+    from bayesian_subsample.estimators._factorization import gibbs_schedule
+
+    # The paper's size: 2,000 steps of 4,000 ratings on an 800,000-rating training fold.
+    assert gibbs_schedule("auto", 800_000, 4000) == 2000
+    assert gibbs_schedule("auto", 80_000, 4000) == 200      # MovieLens-100k fold
+    assert gibbs_schedule("auto", 5000, 1000) == 50
+    assert gibbs_schedule("pass", 800_000, 4000) is None
+    assert gibbs_schedule(123, 10, 5) == 123
+    X, y = _small(n_ratings=2000)
+    for bad in (0, -3, 2.5, "often", True):
+        with pytest.raises(ValueError, match="gibbs_every"):
+            BayesianMatrixFactorization(gibbs_every=bad, n_draws=2, n_warmup=1).fit(X, y)
+    kw = dict(n_components=2, n_warmup=2, n_draws=3, batch_size=500, n_init_passes=0,
+              random_state=0)
+    once = BayesianMatrixFactorization(gibbs_every="pass", **kw).fit(X, y)
+    every = BayesianMatrixFactorization(gibbs_every=30, **kw).fit(X, y)
+    assert once.sampler_info_[0]["n_gibbs_steps"] == 5
+    assert every.sampler_info_[0]["n_updates"] == 5 * 50
+    assert every.sampler_info_[0]["n_gibbs_steps"] == (5 * 50) // 30
+
+
 # ------------------------------- sampler against an exact conditional posterior
 class _OneUserModel:
     """Row model of one user's factor ``U_0`` with item factors and biases FIXED.

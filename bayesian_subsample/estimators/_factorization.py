@@ -11,9 +11,10 @@ library's Gibbs-within-SG-MCMC driver
 the ratings in minibatches of ``batch_size`` (4,000 in the paper) through the
 SG-HMC (default) or SGLD kernel, then exact conjugate Gibbs draws of every
 precision (:class:`bayesian_subsample.likelihood.HierarchicalPosterior`).
-The paper resamples the hyper-parameters every 2,000 minibatch steps; the
-driver does it once per pass (every ``ceil(n / m)`` steps, at least 50):
-250 steps on MovieLens-1M with ``m = 4,000``, i.e. more often.  ``"sgd"``
+The paper resamples the hyper-parameters every 2,000 minibatch steps
+(``gibbs_every``, :func:`gibbs_schedule`: by default the paper's 2,000 steps
+at MovieLens-1M size, i.e. 10 passes' worth of ratings, scaled to the number
+of ratings; ``"pass"`` for once per pass).  ``"sgd"``
 and ``"sgd_momentum"`` are the optimisation baselines of Table 1 (one point
 estimate, precisions fixed).
 
@@ -49,7 +50,7 @@ from ..samplers._sg_model import ModelSG, run_model_chain
 from ._base import SampledModelMixin, _check_int, check_positive_float, check_sg_options
 from ._engine import run_chains
 
-__all__ = ["BayesianMatrixFactorization"]
+__all__ = ["BayesianMatrixFactorization", "gibbs_schedule"]
 
 #: Ratings per prediction block.
 _PREDICT_ROWS = 65536
@@ -60,6 +61,32 @@ _OPTIMISERS = ("sgd", "sgd_momentum")
 #: from the larger step (faster mixing, so a better running predictive mean in
 #: a few dozen passes); the optimisers' final iterate is too noisy with it.
 _AUTO_RATE_PER_RATING = {"sampler": 0.01, "optimiser": 0.001}
+
+
+#: The paper's schedule (§4.3): a Gibbs step every 2,000 minibatch steps of
+#: 4,000 ratings on a MovieLens-1M training fold (4/5 of 1,000,209 ratings).
+PAPER_GIBBS_EVERY, PAPER_BATCH_SIZE, PAPER_N_RATINGS = 2000, 4000, 800_000
+
+
+def gibbs_schedule(gibbs_every, n_obs, batch_size):
+    """Minibatch steps between Gibbs draws of the precisions (None: once per pass).
+
+    ``"auto"`` is the paper's 2,000 steps of 4,000 ratings on a MovieLens-1M
+    training fold of 800,000 ratings, i.e. ``2000 * 4000 / 800000 = 10``
+    passes' worth of ratings between Gibbs draws, scaled to the data at hand:
+    ``round(10 * n_obs / batch_size)`` steps (exactly 2,000 at the paper's
+    size; 200 on MovieLens-100k's 80,000 training ratings).  The ratio of
+    Gibbs cost (one pass for the noise precision's residuals) to sampling
+    cost is then the paper's, 1 to 10, whatever ``n``.  ``"pass"``: after
+    every pass (the neural networks' schedule, §4.2).  An int: that many
+    steps.
+    """
+    if isinstance(gibbs_every, str):
+        if gibbs_every == "pass":
+            return None
+        passes = PAPER_GIBBS_EVERY * PAPER_BATCH_SIZE / PAPER_N_RATINGS
+        return max(1, int(round(passes * n_obs / batch_size)))
+    return int(gibbs_every)
 
 
 def _pairs(X):
@@ -237,6 +264,15 @@ class BayesianMatrixFactorization(SampledModelMixin, RegressorMixin, BaseEstimat
         Counted in the warm-up evaluations.  0 starts from the random factors.
     init_scale : float, default=0.1
         Standard deviation of the initial factors.
+    gibbs_every : "auto", "pass" or int, default="auto"
+        Minibatch steps between the Gibbs draws of the precisions and of
+        ``tau``, counted across passes.  "auto" is the paper's schedule (a
+        Gibbs step every 2,000 steps of 4,000 ratings on a MovieLens-1M
+        training fold) scaled to the data: ``round(10 * n / batch_size)``
+        steps, 10 passes' worth of ratings (:func:`gibbs_schedule`).
+        "pass": after every pass (the neural networks' schedule, §4.2); an
+        int: that many steps.  ``sample_stats_`` still has one entry per
+        pass (the precisions in force at its end).
     random_state : None or int
     n_jobs : None or int
         Chains run in parallel through joblib.
@@ -272,8 +308,8 @@ class BayesianMatrixFactorization(SampledModelMixin, RegressorMixin, BaseEstimat
     def __init__(self, n_components=20, sampler="sghmc", n_draws=80, n_warmup=20, n_chains=1,
                  batch_size=4000, learning_rate="auto", momentum_decay=0.1, prior_shape=1.0,
                  prior_rate=1.0, prior_precision=None, n_draws_kept=20, n_partial_passes=10,
-                 n_init_passes=5, init_scale=0.1, random_state=None, n_jobs=None, verbose=0,
-                 progress_bar=False):
+                 n_init_passes=5, init_scale=0.1, gibbs_every="auto", random_state=None,
+                 n_jobs=None, verbose=0, progress_bar=False):
         self.n_components = n_components
         self.sampler = sampler
         self.n_draws = n_draws
@@ -289,6 +325,7 @@ class BayesianMatrixFactorization(SampledModelMixin, RegressorMixin, BaseEstimat
         self.n_partial_passes = n_partial_passes
         self.n_init_passes = n_init_passes
         self.init_scale = init_scale
+        self.gibbs_every = gibbs_every
         self.random_state = random_state
         self.n_jobs = n_jobs
         self.verbose = verbose
@@ -303,6 +340,11 @@ class BayesianMatrixFactorization(SampledModelMixin, RegressorMixin, BaseEstimat
         _check_int(self.n_partial_passes, "n_partial_passes", 2)
         _check_int(self.n_init_passes, "n_init_passes", 0)
         check_positive_float(self.init_scale, "init_scale")
+        if not (isinstance(self.gibbs_every, str) and self.gibbs_every in ("auto", "pass")):
+            if isinstance(self.gibbs_every, (bool, np.bool_)) or not isinstance(
+                    self.gibbs_every, numbers.Integral) or self.gibbs_every < 1:
+                raise ValueError("gibbs_every must be 'auto', 'pass' or a positive number of "
+                                 f"minibatch steps, got {self.gibbs_every!r}.")
 
     @staticmethod
     def _ratings(y, n):
@@ -320,7 +362,8 @@ class BayesianMatrixFactorization(SampledModelMixin, RegressorMixin, BaseEstimat
                if isinstance(self.learning_rate, str) else float(self.learning_rate))
         return _FactorizationSG(method=self.sampler, subsample_size=m, learning_rate=eta,
                                 momentum_decay=float(self.momentum_decay),
-                                n_networks_kept=int(self.n_draws_kept))
+                                n_networks_kept=int(self.n_draws_kept),
+                                gibbs_every=gibbs_schedule(self.gibbs_every, n_obs, m))
 
     def _posterior(self):
         f = self.factorization_

@@ -16,6 +16,10 @@ following Chen, Fox and Guestrin (2014, §4.2):
   followed by one exact Gibbs draw of the hyperparameters (per-layer prior
   precisions, noise precision) given the weights -- "resampling
   hyperparameters after an entire pass over the training set";
+* or, with ``gibbs_every=k``, the Gibbs draw after every ``k``-th kernel
+  update, counted across passes (§4.3, matrix factorisation: "a Gibbs step
+  after every 2,000 steps of sampling model parameters"); the pass then only
+  sets when draws are stored and traced;
 * ``n_warmup`` iterations are discarded (the paper's burn-in: 50 of 800).
 
 Parameterisation (Chen et al., eqs. 14-15 and §3.3).  ``learning_rate`` is
@@ -110,18 +114,26 @@ class ModelSG(SamplerConfig):
         (1 for the optimisers: the final point).
     n_integration_steps : int, default=20
         Leapfrog steps per transition of "hmc".
+    gibbs_every : None or int, default=None
+        None: the Gibbs draw of the hyperparameters ends every pass (§4.2).
+        ``k``: it follows every ``k``-th kernel update, counted over the
+        whole chain (§4.3: every 2,000 updates), so a pass holds
+        ``floor``/``ceil`` of ``updates_per_pass / k`` Gibbs draws, or none.
+        Not for "hmc" (one transition per pass).
     """
 
     name = "model_sg"
 
     def __init__(self, method="sghmc", subsample_size=500, learning_rate="auto",
-                 momentum_decay=0.1, n_networks_kept=20, n_integration_steps=20):
+                 momentum_decay=0.1, n_networks_kept=20, n_integration_steps=20,
+                 gibbs_every=None):
         self.method = method
         self.subsample_size = subsample_size
         self.learning_rate = learning_rate
         self.momentum_decay = momentum_decay
         self.n_networks_kept = n_networks_kept
         self.n_integration_steps = n_integration_steps
+        self.gibbs_every = gibbs_every
 
     def validate(self, n_obs):
         if self.method not in METHODS:
@@ -133,6 +145,13 @@ class ModelSG(SamplerConfig):
                              inclusive_upper=True)
         check_positive_int(self.n_networks_kept, "n_networks_kept")
         check_positive_int(self.n_integration_steps, "n_integration_steps")
+        gibbs_every = getattr(self, "gibbs_every", None)
+        if gibbs_every is not None:
+            check_positive_int(gibbs_every, "gibbs_every")
+            if self.method == "hmc":
+                raise ValueError("gibbs_every counts stochastic-gradient updates; with "
+                                 "method='hmc' the Gibbs step follows each transition "
+                                 "(use gibbs_every=None).")
 
     def eta(self, n_obs):
         if isinstance(self.learning_rate, str):
@@ -218,7 +237,9 @@ def run_model_chain(config, rng: np.random.Generator, posterior: HierarchicalGra
         subsample_size=chain.m, n_refinements=0,
         extra={"diverged_at": final.diverged_at, "learning_rate": chain.eta,
                "momentum_decay": chain.alpha, "updates_per_iteration": chain.steps_per_pass,
-               "kept_iterations": kept_at, "final_hyper": final.hyper})
+               "kept_iterations": kept_at, "final_hyper": final.hyper,
+               "gibbs_every": chain.gibbs_every, "n_gibbs_steps": final.n_gibbs,
+               "n_updates": final.n_updates})
 
 
 class _ModelState(NamedTuple):
@@ -234,6 +255,10 @@ class _ModelState(NamedTuple):
     diverged_at: int | None = None
     #: Iterations done (warm-up included).
     n_iterations: int = 0
+    #: Kernel updates done (``gibbs_every`` counts these).
+    n_updates: int = 0
+    #: Gibbs draws of the hyperparameters done (the initial one not counted).
+    n_gibbs: int = 0
 
 
 class _ModelAdapt(NamedTuple):
@@ -290,6 +315,14 @@ class _ModelChain(ChainDefaults):
         self.has_noise = bool(getattr(posterior, "has_noise_precision", False))
         self.n_warmup = n_warmup
         self.trace = trace
+        every = getattr(config, "gibbs_every", None)
+        self.gibbs_every = None if every is None else int(every)
+
+    def gibbs(self, rng, position, hyper):
+        """The hyperparameter update: exact Gibbs draw (conditional mode for optimisers)."""
+        if self.optimiser:
+            return self.posterior.point_hyper(position)
+        return self.posterior.sample_hyper(rng, position, hyper)
 
     def sg_params(self, hyper):
         # The learning rate is per unit of likelihood curvature: divided by the
@@ -312,6 +345,8 @@ class _ModelChain(ChainDefaults):
         posterior = self.posterior
         state, hyper, params, target = st.kernel_state, st.hyper, st.params, st.target
         cost, divergent, fatal, acc = 0, False, False, 1.0
+        n_updates, n_gibbs = st.n_updates, st.n_gibbs
+        every = self.gibbs_every
         if self.method == "hmc":
             state, info = hmc.step(rng, state, target, params)
             cost += info.n_obs_evaluated
@@ -325,16 +360,23 @@ class _ModelChain(ChainDefaults):
                 with np.errstate(over="ignore", invalid="ignore"):
                     state, sg_info = kernel.step(rng, state, estimator, params)
                 cost += sg_info.n_obs_evaluated
+                n_updates += 1
                 if sg_info.is_divergent:
                     divergent = fatal = True
                     break
-        if not fatal:
-            # The hyperparameter update: exact Gibbs draw (conditional mode for optimisers).
-            if self.optimiser:
-                hyper, c = posterior.point_hyper(state.position)
-            else:
-                hyper, c = posterior.sample_hyper(rng, state.position, hyper)
+                if every is not None and n_updates % every == 0:
+                    # §4.3's schedule: the Gibbs draw after every k-th update; the
+                    # minibatch estimator and the step follow the new hyperparameters.
+                    hyper, c = self.gibbs(rng, state.position, hyper)
+                    cost += c
+                    n_gibbs += 1
+                    estimator = posterior.gradient_estimator(self.m, hyper)
+                    if self.has_noise:
+                        params = self.sg_params(hyper)
+        if not fatal and every is None:
+            hyper, c = self.gibbs(rng, state.position, hyper)
             cost += c
+            n_gibbs += 1
             if self.method == "hmc":
                 target = posterior.full_target(hyper)
                 state = hmc.init(state.position, target)
@@ -342,7 +384,8 @@ class _ModelChain(ChainDefaults):
             elif self.has_noise:
                 params = self.sg_params(hyper)
         it = st.n_iterations
-        new = _ModelState(state, hyper, params, target, it if fatal else None, it + 1)
+        new = _ModelState(state, hyper, params, target, it if fatal else None, it + 1,
+                          n_updates, n_gibbs)
         if self.trace is not None and not fatal:
             self.trace(it, state.position, hyper)
         return new, _ModelInfo(
