@@ -309,10 +309,10 @@ def test_estimator_shapes_labels_weights_and_pickle(wine):
     assert len(est.summary().to_pandas()) == 15
     again = pickle.loads(pickle.dumps(est))
     np.testing.assert_array_equal(again.predict_proba(X), proba)
-    for call in (lambda: est.sample_y(X[:3]), lambda: est.predict_proba_interval(X[:3]),
-                 lambda: est.predict_proba(X[:3], return_std=True), est.to_datatree):
-        with pytest.raises(NotImplementedError, match="3 classes"):
-            call()
+    assert est.sample_y(X[:3], 2, random_state=0).shape == (3, 2)
+    assert est.predict_proba_interval(X[:3])[0].shape == (3, 3)
+    assert est.predict_proba(X[:3], return_std=True)[1].shape == (3, 3)
+    assert est.to_datatree()["posterior"]["coef"].dims == ("chain", "draw", "class", "feature")
     # Integer weights act as repeated rows in the likelihood.
     w = np.ones(len(y))
     w[:10] = 3
@@ -346,8 +346,8 @@ def test_unsupported_combinations_raise_before_sampling(wine):
     X, y, _, _ = wine
     with pytest.raises(ValueError, match="sbps"):
         BayesianLogisticRegression(sampler="psbps", **FAST).fit(X, y)
-    with pytest.raises(ValueError, match="OneVsRestClassifier"):
-        BayesianSplineClassifier(n_knots=4, **FAST).fit(X, y)
+    with pytest.raises(ValueError, match="sbps"):
+        BayesianSplineClassifier(n_knots=4, sampler="psbps", **FAST).fit(X, y)
 
 
 # ------------------------------------------------- scikit-learn's own checks

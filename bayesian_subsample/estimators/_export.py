@@ -135,7 +135,7 @@ class ArviZExportMixin:
 
         check_is_fitted(self)
         thin = _check_thin(thin)
-        n_chains, n_draws_all = self.intercept_draws_.shape
+        n_chains, n_draws_all = self.intercept_draws_.shape[:2]
         keep = np.arange(0, n_draws_all, thin)
         base_coords = {"chain": np.arange(n_chains), "draw": keep}
         attrs = {"inference_library": "bayesian_subsample",
@@ -212,7 +212,7 @@ class ArviZExportMixin:
 
     def _export_draw_arrays(self, keep):
         """Flattened (draws, ...) parameter arrays of the kept draws, chain-major."""
-        n_chains, n_draws = self.intercept_draws_.shape
+        n_chains, n_draws = self.intercept_draws_.shape[:2]
         return self._draw_arrays((np.arange(n_chains)[:, None] * n_draws + keep).reshape(-1))
 
     def to_inference_data(self, X=None, y=None, **kwargs):

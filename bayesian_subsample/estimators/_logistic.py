@@ -8,8 +8,13 @@ from sklearn.base import ClassifierMixin
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted
 
-from ..models import GaussianPrior, MultinomialGLM, softmax_log_proba
-from ._export import ArviZExportMixin
+from ..models import (
+    GaussianPrior,
+    LogisticFamily,
+    MultinomialGLM,
+    SoftmaxFamily,
+    softmax_log_proba,
+)
 from ._glm_base import _GLMEstimator
 from ._predictive import ClassifierPredictiveMixin
 
@@ -17,6 +22,8 @@ __all__ = ["BayesianLogisticRegression"]
 
 #: Upper bound on the size of one (rows x draws) block in prediction, in floats.
 _PREDICT_BLOCK = 1 << 22
+#: The binary family (stateless, shared).
+_LOGISTIC = LogisticFamily()
 
 
 class BayesianLogisticRegression(ClassifierMixin, ClassifierPredictiveMixin, _GLMEstimator):
@@ -168,9 +175,11 @@ class BayesianLogisticRegression(ClassifierMixin, ClassifierPredictiveMixin, _GL
     ``decision_function`` is the log-odds of ``predict_proba``, so rankings
     (and ROC AUC) agree with the predictive probabilities; with ``K >= 3``
     classes it is ``predict_log_proba`` (n_samples, K), whose row-wise argmax
-    is :meth:`predict`.  For ``K >= 3`` classes, ``sample_y``,
-    ``predict_proba(return_std=True)``, ``predict_proba_interval`` and
-    ``to_datatree`` raise ``NotImplementedError``.
+    is :meth:`predict`.  With ``K >= 3`` classes, ``sample_y`` draws class
+    labels from the categorical posterior predictive,
+    ``predict_proba(return_std=True)`` and ``predict_proba_interval`` describe
+    each class's probability, and ``to_datatree`` exports ``coef`` with dims
+    ``(class, feature)`` and the categorical pointwise log-likelihood.
 
     References
     ----------
@@ -201,12 +210,13 @@ class BayesianLogisticRegression(ClassifierMixin, ClassifierPredictiveMixin, _GL
         """Whether the fit used the softmax likelihood (three or more classes)."""
         return len(getattr(self, "classes_", ())) > 2
 
-    def _not_for_multiclass(self, what):
+    @property
+    def _predictive_family(self):
+        """The family that owns prediction: Bernoulli-logit for two classes,
+        :class:`~bayesian_subsample.models.SoftmaxFamily` for ``K >= 3``."""
         if self._multiclass:
-            raise NotImplementedError(
-                f"{what} is not implemented for {len(self.classes_)} classes (softmax "
-                "likelihood); it is available for binary fits. Use predict_proba, "
-                "predict_log_proba or coef_draws_ (chain, draw, class, feature) instead.")
+            return SoftmaxFamily(len(self.classes_))
+        return _LOGISTIC
 
     # ------------------------------------------------------------------ fit
     def fit(self, X, y, sample_weight=None):
@@ -258,6 +268,19 @@ class BayesianLogisticRegression(ClassifierMixin, ClassifierPredictiveMixin, _GL
         n_classes = len(self.classes_)
         if n_classes == 2:
             return super()._build_posterior(X, y.astype(np.float64), sample_weight)
+        self._check_softmax_sampler()
+        model = MultinomialGLM(X, y, n_classes, sample_weight=sample_weight,
+                               fit_intercept=self.fit_intercept)
+        names = self._per_class_names(self._coefficient_names())
+        return model, GaussianPrior(np.tile(self._prior_scales(), n_classes)), names
+
+    def _per_class_names(self, names):
+        """``"<name>[<class>]"`` for every class (class-major, as ``theta``)."""
+        return [f"{name}[{c}]" for c in self.classes_ for name in names]
+
+    def _check_softmax_sampler(self):
+        """Refuse, before sampling, a sampler that cannot run the softmax posterior."""
+        n_classes = len(self.classes_)
         if getattr(self.sampler_, "preconditioned", False):
             # The softmax posterior has a ridge along "add the same vector to
             # every class" (held only by the prior), which is not axis-aligned:
@@ -269,10 +292,6 @@ class BayesianLogisticRegression(ClassifierMixin, ClassifierPredictiveMixin, _GL
                 f"the softmax likelihood of {n_classes} classes: its diagonal preconditioner "
                 "cannot follow the softmax posterior's non-axis-aligned ridge. Use "
                 "sampler='sbps' (Laplace preconditioner), 'hmc_ecs' or 'hmc'.")
-        model = MultinomialGLM(X, y, n_classes, sample_weight=sample_weight,
-                               fit_intercept=self.fit_intercept)
-        names = [f"{name}[{c}]" for c in self.classes_ for name in self._coefficient_names()]
-        return model, GaussianPrior(np.tile(self._prior_scales(), n_classes)), names
 
     def _multiclass_log_proba(self, X):
         """``log E[softmax(b + W x)]`` over the draws, (rows, K), in row blocks.
@@ -342,14 +361,15 @@ class BayesianLogisticRegression(ClassifierMixin, ClassifierPredictiveMixin, _GL
 
         Returns
         -------
-        proba : ndarray of shape (n_samples, 2)
+        proba : ndarray of shape (n_samples, n_classes)
             Columns follow ``classes_``.
-        std : ndarray of shape (n_samples, 2)
-            Only when ``return_std`` is true.
+        std : ndarray of shape (n_samples, n_classes)
+            Only when ``return_std`` is true: the posterior sd of each
+            class's probability ``p_c(x, theta)`` (for two classes both
+            columns are the same).
         """
         X = self._validate_predict_X(X)
         if return_std:
-            self._not_for_multiclass("predict_proba(return_std=True)")
             return self._predict_proba_std(X)
         if self._multiclass:
             proba = np.exp(self._multiclass_log_proba(X))
@@ -400,28 +420,22 @@ class BayesianLogisticRegression(ClassifierMixin, ClassifierPredictiveMixin, _GL
             return self.classes_[np.argmax(self.predict_log_proba(X), axis=1)]
         return self.classes_[(self.decision_function(X) > 0).astype(int)]
 
-    def sample_y(self, X, n_samples=1, random_state=None):
-        check_is_fitted(self)
-        self._not_for_multiclass("sample_y")
-        return super().sample_y(X, n_samples=n_samples, random_state=random_state)
-
-    sample_y.__doc__ = ClassifierPredictiveMixin.sample_y.__doc__
-
-    def predict_proba_interval(self, X, alpha=0.1):
-        check_is_fitted(self)
-        self._not_for_multiclass("predict_proba_interval")
-        return super().predict_proba_interval(X, alpha=alpha)
-
-    predict_proba_interval.__doc__ = ClassifierPredictiveMixin.predict_proba_interval.__doc__
-
-    def to_datatree(self, *args, **kwargs):
-        check_is_fitted(self)
-        self._not_for_multiclass("to_datatree")
-        return super().to_datatree(*args, **kwargs)
-
-    to_datatree.__doc__ = ArviZExportMixin.to_datatree.__doc__
-
     # ------------------------------------------------- export hooks
+    def _export_posterior(self):
+        """As for every GLM; with ``K >= 3`` classes ``intercept`` has dims
+        ``(class,)`` and ``coef`` ``(class, feature)``, labelled by ``classes_``."""
+        variables, coords = super()._export_posterior()
+        if self._multiclass:
+            variables = {name: (arr, ("class",) + tuple(dims))
+                         for name, (arr, dims) in variables.items()}
+            coords["class"] = np.asarray([str(c) for c in self.classes_], dtype=object)
+            coords[self._coef_dim] = np.asarray(self._coef_names(), dtype=object)
+        return variables, coords
+
+    def _coef_names(self):
+        """Names of the entries of one class's coefficient row (the input features)."""
+        return self._feature_names(self.n_features_in_)
+
     def _export_y(self, y):
         y = np.asarray(y)
         if y.ndim != 1:
@@ -440,15 +454,12 @@ class BayesianLogisticRegression(ClassifierMixin, ClassifierPredictiveMixin, _GL
         return pos.astype(np.float64)
 
     def _observed_values(self, y):
-        return y.astype(np.int8)
+        """Class codes (positions in ``classes_``)."""
+        return y.astype(np.int8 if len(self.classes_) <= 127 else np.int32)
 
     def _observed_attrs(self):
-        return {"classes": ", ".join(str(c) for c in self.classes_),
-                "positive_class": str(self.classes_[1])}
-
-    def _pointwise_log_likelihood(self, X, y, extra, draws):
-        """``log p(y_i | x_i, theta_s)``, shape (rows, draws): Bernoulli, logit link."""
-        eta = self._design_chunk(X) @ draws["coef"].T + draws["intercept"]
-        # log sigmoid(eta) = -softplus(-eta); log(1 - sigmoid(eta)) = -softplus(eta)
-        return -np.logaddexp(0.0, np.where(y[:, None] > 0.5, -eta, eta))
+        attrs = {"classes": ", ".join(str(c) for c in self.classes_)}
+        if not self._multiclass:
+            attrs["positive_class"] = str(self.classes_[1])
+        return attrs
 

@@ -88,18 +88,23 @@ class _PredictiveBase:
         :meth:`_draw_arrays`.  No arguments by default."""
         return {}
 
+    def _n_draws_total(self):
+        """Stored draws over all chains (the draw axis of the flat arrays)."""
+        n_chains, n_draws = self.intercept_draws_.shape[:2]
+        return n_chains * n_draws
+
     def _mixture_weights(self):
         """Weights (flat, chain-major) of the draws in posterior expectations."""
         weights = self._draw_weights()
         if weights is None:
-            n = self.intercept_draws_.size
+            n = self._n_draws_total()
             weights = np.full(n, 1.0 / n)
         return weights
 
     def _predictive_draw_index(self, n_samples, rng):
         """Indices (flat, chain-major) of ``n_samples`` posterior draws, one per sample."""
         weights = self._draw_weights()
-        n = self.intercept_draws_.size
+        n = self._n_draws_total()
         if weights is not None and np.any(weights < 0):
             raise ValueError(
                 "sample_y cannot draw from the posterior predictive of a signed HMC-ECS fit: "
@@ -113,18 +118,27 @@ class _PredictiveBase:
         """Parameter arrays of the draws at flat (chain-major) indices ``idx`` (all if None).
 
         ``coef`` (draws, n_coef), ``intercept`` (draws,) and, where fitted,
-        ``sigma`` (draws,).
+        ``sigma`` (draws,); with ``K`` linear predictors (softmax) ``coef``
+        (draws, K, n_coef) and ``intercept`` (draws, K).
         """
         sel = slice(None) if idx is None else idx
-        out = {"coef": self.coef_draws_.reshape(-1, self.coef_draws_.shape[-1])[sel],
-               "intercept": self.intercept_draws_.reshape(-1)[sel]}
+        n = self._n_draws_total()
+        out = {"coef": self.coef_draws_.reshape((n,) + self.coef_draws_.shape[2:])[sel],
+               "intercept": self.intercept_draws_.reshape(
+                   (n,) + self.intercept_draws_.shape[2:])[sel]}
         if hasattr(self, "sigma_draws_"):
             out["sigma"] = self.sigma_draws_.reshape(-1)[sel]
         return out
 
     def _linear_predictor(self, X, draws):
-        """Linear predictor (rows, draws) of the rows ``X`` at the draws of :meth:`_draw_arrays`."""
-        return self._design_chunk(X) @ draws["coef"].T + draws["intercept"]
+        """Linear predictor (rows, draws) of the rows ``X`` at the draws of :meth:`_draw_arrays`.
+
+        With ``K`` linear predictors, (rows, draws, K).
+        """
+        coef = draws["coef"]
+        if coef.ndim == 3:
+            return np.einsum("nf,skf->nsk", self._design_chunk(X), coef) + draws["intercept"]
+        return self._design_chunk(X) @ coef.T + draws["intercept"]
 
     def _design_chunk(self, X):
         return np.asarray(X, dtype=np.float64)
@@ -138,6 +152,12 @@ class _PredictiveBase:
 
     def _sample_block(self, eta, draws, rng, extra):
         return self._predictive_family.sample(rng, eta, **self._family_args(extra, draws))
+
+    def _pointwise_log_likelihood(self, X, y, extra, draws):
+        """``log p(y_i | x_i, theta_s)`` (rows, draws) for the ArviZ export: the
+        family's ``log_prob`` at the linear predictor of every draw."""
+        eta = self._linear_predictor(X, draws)
+        return self._predictive_family.log_prob(y, eta, **self._family_args(extra, draws))
 
     def _sample_y(self, X, n_samples, random_state, extra):
         n_samples = _check_n_samples(n_samples)
@@ -163,9 +183,11 @@ class ClassifierPredictiveMixin(_PredictiveBase):
         """Draw class labels from the posterior predictive.
 
         Column ``j`` picks one stored posterior draw ``theta_j`` at random
-        and draws every row's label from ``Bernoulli(sigmoid(eta(x, theta_j)))``,
-        so a column is a joint draw over rows and the average of many
-        columns' indicator of ``classes_[1]`` tends to ``predict_proba[:, 1]``.
+        and draws every row's label from ``Bernoulli(sigmoid(eta(x, theta_j)))``
+        (with ``K >= 3`` classes from ``Categorical(softmax(eta(x, theta_j)))``),
+        so a column is a joint draw over rows and the frequency of each label
+        over many columns tends to that class's column of ``predict_proba``.
+        Rows are drawn in blocks (rows x draws x classes bounded).
 
         Parameters
         ----------
@@ -194,13 +216,22 @@ class ClassifierPredictiveMixin(_PredictiveBase):
         return self.classes_[super()._sample_block(eta, draws, rng, extra)]
 
     def _proba_draw_blocks(self, X):
-        """Yield ``(slice, p1)`` with ``p1`` (rows, draws) of the positive class."""
+        """Yield ``(slice, p)``: ``p`` (rows, draws) of the positive class, or with
+        ``K`` linear predictors (rows, draws, K) of every class."""
         for sl, eta in self._eta_blocks(X, self._draw_arrays()):
             yield sl, self._predictive_family.inverse_link(eta)
 
     def _predict_proba_std(self, X):
         """(proba, std) of the class probabilities over the posterior draws."""
         weights = self._mixture_weights()
+        if getattr(self._predictive_family, "n_linear_predictors", 1) > 1:
+            # K classes: the posterior sd of every p_c(x, theta) over the
+            # (weighted) draws, next to predict_proba's mixture mean.
+            sd = np.empty((X.shape[0], len(self.classes_)))
+            for sl, p in self._proba_draw_blocks(X):
+                dev = p - np.einsum("rdk,d->rk", p, weights)[:, None, :]
+                sd[sl] = np.sqrt(np.maximum(np.einsum("rdk,d->rk", dev * dev, weights), 0.0))
+            return self.predict_proba(X), sd
         mean = np.empty(X.shape[0])
         sd = np.empty(X.shape[0])
         for sl, p1 in self._proba_draw_blocks(X):
@@ -228,14 +259,17 @@ class ClassifierPredictiveMixin(_PredictiveBase):
 
         Returns
         -------
-        lower, upper : ndarray of shape (n_samples, 2)
-            Columns follow ``classes_``.
+        lower, upper : ndarray of shape (n_samples, n_classes)
+            Columns follow ``classes_``.  With ``K >= 3`` classes each column
+            is the interval of that class's softmax probability.
         """
         check_is_fitted(self)
         alpha = _check_alpha(alpha)
         X = self._validate_predict_X(X)
         probs = (0.5 * alpha, 1.0 - 0.5 * alpha)
         signs = self._signs()
+        if getattr(self._predictive_family, "n_linear_predictors", 1) > 1:
+            return self._multiclass_proba_interval(X, probs, signs)
         lo = np.empty(X.shape[0])
         hi = np.empty(X.shape[0])
         shape = self.intercept_draws_.shape
@@ -246,6 +280,20 @@ class ClassifierPredictiveMixin(_PredictiveBase):
                 q = weighted_quantile(p1.T.reshape(shape + (p1.shape[0],)), signs, probs)
             lo[sl], hi[sl] = np.clip(q[0], 0, 1), np.clip(q[1], 0, 1)
         return np.column_stack([1.0 - hi, lo]), np.column_stack([1.0 - lo, hi])
+
+    def _multiclass_proba_interval(self, X, probs, signs):
+        """Per-class quantiles ``probs`` of ``softmax_c(eta(x, theta))`` over the draws."""
+        lower = np.empty((X.shape[0], len(self.classes_)))
+        upper = np.empty_like(lower)
+        shape = self.intercept_draws_.shape[:2]
+        for sl, p in self._proba_draw_blocks(X):
+            if signs is None:
+                q = np.quantile(p, probs, axis=1)
+            else:
+                q = weighted_quantile(np.moveaxis(p, 1, 0).reshape(shape + p[:, 0].shape),
+                                      signs, probs)
+            lower[sl], upper[sl] = np.clip(q[0], 0, 1), np.clip(q[1], 0, 1)
+        return lower, upper
 
 
 class RegressorPredictiveMixin(_PredictiveBase):
@@ -278,8 +326,3 @@ class RegressorPredictiveMixin(_PredictiveBase):
             args = self._family_args(None if extra is None else extra[sl], draws)
             lower[sl], upper[sl] = family.predictive_quantile(probs, eta, weights, **args)
         return lower, upper
-
-    def _pointwise_log_likelihood(self, X, y, extra, draws):
-        """``log p(y_i | x_i, theta_s)`` (rows, draws) for the ArviZ export."""
-        eta = self._linear_predictor(X, draws)
-        return self._predictive_family.log_prob(y, eta, **self._family_args(extra, draws))

@@ -25,6 +25,7 @@ from ..models import (
     BSplineBasis,
     GaussianPrecisionPrior,
     LogisticFamily,
+    MultinomialBasisGLM,
     spline_prior_precision,
 )
 from ._base import check_positive_float
@@ -208,23 +209,7 @@ keep_partial_draws
         self.difference_prior_scale = difference_prior_scale
         self.knot_subsample = knot_subsample
 
-    def __sklearn_tags__(self):
-        tags = super().__sklearn_tags__()
-        tags.classifier_tags.multi_class = False
-        return tags
-
     # ---------------------------------------------- hooks of _GLMEstimator
-    def _prepare_target(self, X, y, sample_weight):
-        y, sample_weight = super()._prepare_target(X, y, sample_weight)
-        if len(self.classes_) > 2:
-            raise ValueError(
-                "Only binary classification is supported. BayesianSplineClassifier's spline "
-                "design has no multinomial model yet; the type of the target is multiclass "
-                f"({len(self.classes_)} classes). "
-                "Wrap it in sklearn.multiclass.OneVsRestClassifier, or use "
-                "BayesianLogisticRegression, which fits the softmax likelihood.")
-        return y, sample_weight
-
     def _check_hyperparameters(self):
         super()._check_hyperparameters()
         for name, value, low, high in (("n_knots", self.n_knots, 2, None),
@@ -276,8 +261,15 @@ keep_partial_draws
         self.spline_transformer_ = transformer.fit(Xk[:2])
         self.basis_ = BSplineBasis.from_spline_transformer(self.spline_transformer_)
         nb = self.n_basis_per_feature_ = self.basis_.n_basis
-        model = BasisGLM(X, y.astype(np.float64), LogisticFamily(), self.basis_,
-                         sample_weight=sample_weight, fit_intercept=self.fit_intercept)
+        n_classes = len(self.classes_)
+        if n_classes == 2:
+            model = BasisGLM(X, y.astype(np.float64), LogisticFamily(), self.basis_,
+                             sample_weight=sample_weight, fit_intercept=self.fit_intercept)
+        else:
+            self._check_softmax_sampler()
+            model = MultinomialBasisGLM(X, y, n_classes, self.basis_,
+                                        sample_weight=sample_weight,
+                                        fit_intercept=self.fit_intercept)
         Q = spline_prior_precision(
             self.n_features_in_, nb, check_prior_scale(self.prior_scale, self.n_features_in_),
             self.difference_prior_scale,
@@ -287,8 +279,16 @@ keep_partial_draws
         names = [f"{f}_sp_{r}" for f in self._feature_names(self.n_features_in_)
                  for r in range(nb)]
         self.basis_feature_names_ = np.asarray(names, dtype=object)
-        return (model, GaussianPrecisionPrior(Q),
-                (["intercept"] if self.fit_intercept else []) + names)
+        names = (["intercept"] if self.fit_intercept else []) + names
+        if n_classes > 2:
+            # The same smoothness prior on every class's functions,
+            # independently (block diagonal over classes, no reference class).
+            return (model, GaussianPrecisionPrior(np.kron(np.eye(n_classes), Q)),
+                    self._per_class_names(names))
+        return model, GaussianPrecisionPrior(Q), names
+
+    def _coef_names(self):
+        return list(self.basis_feature_names_)
 
     def _design_chunk(self, X):
         return self.basis_.transform(X)
@@ -327,7 +327,10 @@ keep_partial_draws
         covariates it is the event frequency as a function of ``x_j``, the
         quantity plotted in the paper's Figure 6).  Returned are the
         posterior mean of ``PD(g)`` (sign-weighted for signed HMC-ECS) and
-        pointwise equal-tailed credible bands from the draws.
+        pointwise equal-tailed credible bands from the draws.  With ``K >= 3``
+        classes it is computed for every class, with ``softmax_c`` in place
+        of ``sigmoid``, and every result gains a class axis (as in
+        :func:`sklearn.inspection.partial_dependence`).
 
         Because the model is additive, ``eta_s(x_i with x_ij = g) = eta_s(x_i)
         - f_js(x_ij) + f_js(g)``: the rows are expanded once, and the work is
@@ -357,7 +360,11 @@ keep_partial_draws
             ``grid`` (n_grid,), ``mean``, ``lower``, ``upper`` (n_grid,),
             ``draws`` (n_draws_total, n_grid) -- the per-draw curves
             ``PD_s``, chain-major --, ``feature`` (name), ``feature_index``,
-            ``quantiles``, ``n_rows`` (rows averaged over).
+            ``quantiles``, ``n_rows`` (rows averaged over), ``classes``
+            (``classes_``).  For two classes the curves are those of
+            ``classes_[1]``; with ``K >= 3`` classes ``mean``, ``lower`` and
+            ``upper`` have shape (n_classes, n_grid) and ``draws``
+            (n_draws_total, n_classes, n_grid), classes in ``classes_`` order.
         """
         X = self._validate_predict_X(X)
         j = self._feature_index(feature)
@@ -388,20 +395,23 @@ keep_partial_draws
         else:
             Xr = np.asarray(X, dtype=np.float64)
 
-        W = self.coef_draws_.reshape(-1, self.coef_draws_.shape[-1])
-        b = self.intercept_draws_.reshape(-1)
-        n_draws, n_grid = W.shape[0], grid.size
         nb = self.n_basis_per_feature_
         cols = slice(j * nb, (j + 1) * nb)
-        Wj = W[:, cols]
-        f_grid = self.basis_.feature_transform(grid, j) @ Wj.T          # (grid, draws)
-        acc = np.zeros((n_draws, n_grid))
-        rows = max(1, _PD_BLOCK // max(1, n_draws * n_grid))
-        for start in range(0, Xr.shape[0], rows):
-            Z = self.basis_.transform(Xr[start:start + rows])
-            eta_rest = Z @ W.T + b - Z[:, cols] @ Wj.T                   # (rows, draws)
-            acc += expit(eta_rest[:, :, None] + f_grid.T[None, :, :]).sum(axis=0)
-        pd_draws = acc / Xr.shape[0]
+        if self._multiclass:
+            pd_draws = self._multiclass_pd_draws(Xr, j, cols, grid)
+        else:
+            W = self.coef_draws_.reshape(-1, self.coef_draws_.shape[-1])
+            b = self.intercept_draws_.reshape(-1)
+            n_draws, n_grid = W.shape[0], grid.size
+            Wj = W[:, cols]
+            f_grid = self.basis_.feature_transform(grid, j) @ Wj.T          # (grid, draws)
+            acc = np.zeros((n_draws, n_grid))
+            rows = max(1, _PD_BLOCK // max(1, n_draws * n_grid))
+            for start in range(0, Xr.shape[0], rows):
+                Z = self.basis_.transform(Xr[start:start + rows])
+                eta_rest = Z @ W.T + b - Z[:, cols] @ Wj.T                   # (rows, draws)
+                acc += expit(eta_rest[:, :, None] + f_grid.T[None, :, :]).sum(axis=0)
+            pd_draws = acc / Xr.shape[0]
 
         signs = self._signs()
         if signs is None:
@@ -409,17 +419,41 @@ keep_partial_draws
             lower, upper = np.quantile(pd_draws, q, axis=0)
         else:
             weights = self._draw_weights()
-            mean = weights @ pd_draws
-            shaped = pd_draws.reshape(signs.shape + (n_grid,))
+            mean = np.tensordot(weights, pd_draws, 1) if pd_draws.ndim == 3 \
+                else weights @ pd_draws
+            shaped = pd_draws.reshape(signs.shape + pd_draws.shape[1:])
             lower, upper = weighted_quantile(shaped, signs, q)
         names = getattr(self, "feature_names_in_", None)
         return Bunch(grid=grid, mean=mean, lower=lower, upper=upper, draws=pd_draws,
                      feature=str(names[j]) if names is not None else f"x{j}",
                      feature_index=j, quantiles=tuple(float(v) for v in q),
-                     n_rows=Xr.shape[0])
+                     n_rows=Xr.shape[0], classes=self.classes_)
+
+    def _multiclass_pd_draws(self, Xr, j, cols, grid):
+        """Per-draw partial dependence of every class, (n_draws, K, n_grid).
+
+        ``PD_sc(g) = (1/N) sum_i softmax_c(eta_s(x_i) - f_js(x_ij) + f_js(g))``
+        with ``f_js`` of shape (K,): the additive structure holds in every
+        class's linear predictor.  Blocks of rows x draws x grid x K numbers.
+        """
+        K = len(self.classes_)
+        draws = self._draw_arrays()
+        W, b = draws["coef"], draws["intercept"]                      # (S, K, F), (S, K)
+        n_draws, n_grid = W.shape[0], grid.size
+        Wj = W[:, :, cols]
+        f_grid = np.einsum("gr,skr->sgk", self.basis_.feature_transform(grid, j), Wj)
+        acc = np.zeros((n_draws, n_grid, K))
+        rows = max(1, _PD_BLOCK // max(1, n_draws * n_grid * K))
+        for start in range(0, Xr.shape[0], rows):
+            Z = self.basis_.transform(Xr[start:start + rows])
+            eta_rest = (np.einsum("nf,skf->nsk", Z, W) + b
+                        - np.einsum("nr,skr->nsk", Z[:, cols], Wj))   # (rows, S, K)
+            eta = eta_rest[:, :, None, :] + f_grid[None]              # (rows, S, grid, K)
+            acc += self._predictive_family.inverse_link(eta).sum(axis=0)
+        return np.moveaxis(acc / Xr.shape[0], 2, 1)
 
     def plot_partial_dependence(self, X, y, feature, grid=None, quantiles=(0.05, 0.95),
-                                n_bins=100, max_rows=2000, ax=None, label=None):
+                                n_bins=100, max_rows=2000, ax=None, label=None, target=None):
         """Draw :meth:`partial_dependence` with the empirical event frequency (Figure 6).
 
         The shaded band is the pointwise credible band, the line the
@@ -440,6 +474,10 @@ keep_partial_draws
             Drawn into the current axes if None.
         label : str, default=None
             Legend label of the posterior mean line.
+        target : label, default=None
+            The class whose probability to draw: by default ``classes_[1]``
+            for two classes; required with ``K >= 3`` classes (one of
+            ``classes_``).
 
         Returns
         -------
@@ -453,11 +491,22 @@ keep_partial_draws
             raise ValueError(f"y must have shape ({X.shape[0]},) to match X, got {y.shape}.")
         if isinstance(n_bins, bool) or not isinstance(n_bins, numbers.Integral) or n_bins < 1:
             raise ValueError(f"n_bins must be a positive integer, got {n_bins!r}.")
+        if target is None and self._multiclass:
+            raise ValueError(f"This fit has {len(self.classes_)} classes: pass target=, the "
+                             f"class whose probability to draw (one of {list(self.classes_)}).")
+        target = self.classes_[1] if target is None else target
+        hits = np.flatnonzero(self.classes_ == target)
+        if hits.size != 1:
+            raise ValueError(f"target={target!r} is not one of classes_ = "
+                             f"{list(self.classes_)}.")
         import matplotlib.pyplot as plt  # optional dependency, only needed here
         pd = self.partial_dependence(X_in, feature, grid=grid, quantiles=quantiles,
                                      max_rows=max_rows)
+        if self._multiclass:
+            c = int(hits[0])
+            pd.mean, pd.lower, pd.upper = pd.mean[c], pd.lower[c], pd.upper[c]
         x = np.asarray(X[:, pd.feature_index], dtype=np.float64)
-        event = (y == self.classes_[1]).astype(np.float64)
+        event = (y == target).astype(np.float64)
         groups = np.array_split(np.argsort(x, kind="stable"), min(int(n_bins), x.size))
         bx = np.array([x[g].mean() for g in groups])
         by = np.array([event[g].mean() for g in groups])
@@ -470,6 +519,6 @@ keep_partial_draws
         inside = (bx >= pd.grid[0]) & (bx <= pd.grid[-1])
         ax.plot(bx[inside], by[inside], "o", ms=3, label="empirical frequency")
         ax.set_xlabel(pd.feature)
-        ax.set_ylabel(f"P(y = {self.classes_[1]})")
+        ax.set_ylabel(f"P(y = {target})")
         ax.legend(loc="best", fontsize="small")
         return ax

@@ -5,7 +5,7 @@ from ._glm import (DEFAULT_CHUNK_SIZE, GLM, GaussianFamily, LogisticFamily, Pois
 from ._linear import LinearRegressionFamily, LinearRegressionGLM, LinearRegressionPrior
 from ._multinomial import MultinomialGLM, SoftmaxFamily, softmax_log_proba
 from ._predictive import PredictiveFamily
-from ._basis import BasisGLM, BSplineBasis, spline_prior_precision
+from ._basis import BasisGLM, BSplineBasis, MultinomialBasisGLM, spline_prior_precision
 from ._mrf import BinaryMRF
 from ._mlp import MLP, MLPModel
 from ._factorization import FactorizationModel, MatrixFactorization
@@ -29,6 +29,7 @@ __all__ = [
     "MLPModel",
     "MatrixFactorization",
     "MultinomialGLM",
+    "MultinomialBasisGLM",
     "PoissonFamily",
     "PredictiveFamily",
     "serial_map",

@@ -48,8 +48,10 @@ import threading
 import numpy as np
 
 from ._glm import DEFAULT_CHUNK_SIZE, GLM
+from ._multinomial import MultinomialGLM
 
-__all__ = ["BSplineBasis", "BasisGLM", "spline_prior_precision", "DESIGN_CACHE_BYTES"]
+__all__ = ["BSplineBasis", "BasisGLM", "MultinomialBasisGLM", "spline_prior_precision",
+           "DESIGN_CACHE_BYTES"]
 
 #: Default memory budget of :class:`BasisGLM`'s cache of expanded full-pass
 #: chunks, in bytes (256 MB: e.g. 10^6 rows x 32 basis columns in float64).
@@ -280,6 +282,10 @@ class BasisGLM(GLM):
                  chunk_size=DEFAULT_CHUNK_SIZE, design_cache_bytes=DESIGN_CACHE_BYTES):
         super().__init__(X, y, family, sample_weight=sample_weight,
                          fit_intercept=fit_intercept, chunk_size=chunk_size)
+        self._init_basis(basis, design_cache_bytes)
+
+    def _init_basis(self, basis, design_cache_bytes):
+        """Set the basis and the empty cache of expanded chunks."""
         self.basis = basis
         self._n_features_out = int(basis.n_features_out_)
         if int(design_cache_bytes) < 0:
@@ -345,6 +351,37 @@ class BasisGLM(GLM):
                     self._cache[key] = Z
                     self._cache_nbytes += Z.nbytes
         return Z, self.y[start:stop], wr
+
+
+class MultinomialBasisGLM(BasisGLM, MultinomialGLM):
+    """Multinomial (softmax) regression on a basis expansion: ``K`` additive predictors.
+
+    ``eta_ic = theta_c0 + sum_j sum_r theta_cjr B_jr(x_ij)`` for every class
+    ``c``: the design rows are the expanded ``z_i`` of :class:`BasisGLM`
+    (:meth:`~BasisGLM.rows`, :meth:`~BasisGLM.chunk_rows`, the cache) and the
+    ``K`` linear predictors, their derivatives and the class-pair products
+    are those of :class:`~bayesian_subsample.models.MultinomialGLM` (method
+    resolution takes the row access from the first and the rest from the
+    second).  ``theta`` is ``Theta.ravel()`` with ``Theta`` (K, p), ``p`` =
+    basis columns + intercept.
+
+    Parameters
+    ----------
+    X : array-like of shape (n_obs, n_inputs)
+        Raw covariates.
+    y : ndarray of shape (n_obs,)
+        Class codes ``0..K-1``.
+    n_classes : int
+        ``K``.
+    basis, sample_weight, fit_intercept, chunk_size, design_cache_bytes
+        As for :class:`BasisGLM`.
+    """
+
+    def __init__(self, X, y, n_classes, basis, sample_weight=None, fit_intercept=True,
+                 chunk_size=DEFAULT_CHUNK_SIZE, design_cache_bytes=DESIGN_CACHE_BYTES):
+        MultinomialGLM.__init__(self, X, y, n_classes, sample_weight=sample_weight,
+                                fit_intercept=fit_intercept, chunk_size=chunk_size)
+        self._init_basis(basis, design_cache_bytes)
 
 
 def difference_matrix(size, order=2):

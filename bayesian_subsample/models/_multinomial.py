@@ -40,6 +40,7 @@ from __future__ import annotations
 import numpy as np
 
 from ._glm import DEFAULT_CHUNK_SIZE, GLM
+from ._predictive import for_each_prob
 
 __all__ = ["SoftmaxFamily", "MultinomialGLM", "softmax_log_proba"]
 
@@ -105,6 +106,68 @@ class SoftmaxFamily:
         d1 = -np.exp(softmax_log_proba(eta))
         d1[np.arange(len(y)), y] += 1.0
         return d1
+
+    # ---------------------------------------------------------- prediction
+    # PredictiveFamily with K linear predictors: ``eta`` carries a trailing
+    # class axis, (n_rows, n_draws, K) (conventions in models._predictive).
+    # ``y`` is a class code 0..K-1; its moments and quantiles are those of
+    # the one-hot vector (e_y)_c, one column per class.
+    @property
+    def n_linear_predictors(self):
+        """``K``: ``eta`` has a trailing axis of length ``K``."""
+        return self.n_classes
+
+    def inverse_link(self, eta):
+        """``P(y = c | eta) = softmax_c(eta)`` over the last axis (max-shifted)."""
+        return np.exp(softmax_log_proba(np.asarray(eta, dtype=np.float64)))
+
+    def predictive_mean(self, eta, weights=None):
+        """``E[e_y | eta] = softmax(eta)``, or with ``weights`` the mixture's class
+        probabilities per row, (n_rows, K).
+
+        Signed weights (eq. 5.3 of Dang et al., 2019) can push a mixture
+        probability outside [0, 1]; it is clipped and the row renormalised.
+        """
+        p = self.inverse_link(eta)
+        if weights is None:
+            return p
+        mix = np.clip(np.einsum("rdk,d->rk", p, weights), 0.0, 1.0)
+        return mix / mix.sum(axis=-1, keepdims=True)
+
+    def predictive_variance(self, eta, weights=None):
+        """Variance ``p_c (1 - p_c)`` of each one-hot entry, ``p`` from :meth:`predictive_mean`."""
+        p = self.predictive_mean(eta, weights)
+        return p * (1.0 - p)
+
+    def predictive_quantile(self, probs, eta, weights):
+        """Quantile of each one-hot entry: 0 where the mixture's ``P(y != c) >= p``, else 1.
+
+        Result (n_rows, K), or (len(probs), n_rows, K) for a sequence ``probs``.
+        """
+        not_c = 1.0 - self.predictive_mean(eta, weights)
+        return for_each_prob(probs, lambda p: np.where(not_c >= p, 0.0, 1.0))
+
+    def sample(self, rng, eta):
+        """Class codes (int64) of shape ``eta.shape[:-1]`` by inverting the categorical CDF.
+
+        One uniform ``u`` per entry: the code is the number of classes whose
+        cumulative probability ``P(y <= c)`` is at most ``u`` (the last class
+        takes the rounding remainder).
+        """
+        p = self.inverse_link(eta)
+        u = rng.random(p.shape[:-1])
+        cum = np.cumsum(p[..., :-1], axis=-1)
+        return np.count_nonzero(cum <= u[..., None], axis=-1).astype(np.int64)
+
+    def log_prob(self, y, eta):
+        """Pointwise ``log softmax_{y_r}(eta_rj)``, the shape of ``eta`` without its class axis.
+
+        ``y`` holds one class code per row (the first axis of ``eta``).
+        """
+        logp = softmax_log_proba(np.asarray(eta, dtype=np.float64))
+        codes = np.asarray(y).astype(np.intp).reshape((-1,) + (1,) * (logp.ndim - 2))
+        idx = np.broadcast_to(codes, logp.shape[:-1])[..., None]
+        return np.take_along_axis(logp, idx, axis=-1)[..., 0]
 
 
 class MultinomialGLM(GLM):

@@ -4,8 +4,9 @@ A family describes ``p(y | eta)`` for one linear predictor ``eta`` per row
 (:class:`~bayesian_subsample.models.LogisticFamily`,
 :class:`~bayesian_subsample.models.PoissonFamily`,
 :class:`~bayesian_subsample.models.GaussianFamily`,
-:class:`~bayesian_subsample.models.LinearRegressionFamily`).  Besides the
-log-likelihood terms the samplers use, every family answers the questions
+:class:`~bayesian_subsample.models.LinearRegressionFamily`), or for ``K``
+linear predictors per row (:class:`~bayesian_subsample.models.SoftmaxFamily`).
+Besides the log-likelihood terms the samplers use, every family answers the questions
 an estimator asks after the fit, written once in :class:`PredictiveFamily`.
 The estimators supply the linear predictor of every stored draw and the
 draws' weights; the family does the maths.
@@ -31,6 +32,14 @@ Extra parameters
     ones shape ``(n_draws,)`` or a scalar (Gaussian ``noise_scale``).
 ``y``
     Responses per row, shape ``(n_rows,)`` (0/1 for the Bernoulli family).
+Several linear predictors
+    A family with ``K`` linear predictors per row
+    (:class:`~bayesian_subsample.models.SoftmaxFamily`, attribute
+    ``n_linear_predictors = K``) takes ``eta`` with a trailing axis of
+    length ``K``: ``(n_rows, n_draws, K)``.  ``sample`` and ``log_prob``
+    drop that axis (one class code, one log-likelihood per row and draw);
+    the moments and quantiles are those of the one-hot vector ``e_y`` and
+    keep it (``(n_rows, K)`` for a mixture).
 
 Predictive quantiles are deterministic: root finding on the mixture CDF,
 which is evaluated exactly (no Monte Carlo).
