@@ -55,6 +55,23 @@ def test_log_odds_match_brute_force(name):
                                        rtol=1e-12, atol=1e-12)
 
 
+@pytest.mark.parametrize("name", ["triplet", "pairwise", "arity4"])
+def test_term_log_odds_for_many_chains_match_one_at_a_time(name):
+    mrf = _models()[name]
+    rng = np.random.default_rng(3)
+    X = rng.integers(0, 2, (6, mrf.n_variables)).astype(np.int8)
+    XT = np.ascontiguousarray(X.T)
+    for i in range(mrf.n_variables):
+        N = mrf.terms_per_variable[i]
+        idx = rng.permutation(N)[: max(1, N // 2)]
+        np.testing.assert_array_equal(mrf.term_log_odds_chains(i, XT, idx),
+                                      np.stack([mrf.term_log_odds(i, x, idx) for x in X], 1))
+        np.testing.assert_array_equal(mrf.term_log_odds_chains(i, XT),
+                                      np.stack([mrf.term_log_odds(i, x) for x in X], 1))
+        np.testing.assert_array_equal(mrf.log_odds_offset_chains(i, XT),
+                                      [mrf.log_odds_offset(i, x) for x in X])
+
+
 def test_pairwise_model_is_the_ising_energy():
     rng = np.random.default_rng(0)
     W = rng.normal(0, 1, (5, 5))
@@ -183,12 +200,14 @@ def _moment_z_scores(draws, marg, joint):
     return z, np.max(split_rhat(stats_)), np.min(ess_bulk(stats_))
 
 
-@pytest.mark.parametrize("scan", ["systematic", "random"])
-def test_exact_gibbs_matches_enumeration(scan):
+@pytest.mark.parametrize("scan,chains_per_task", [("systematic", 1), ("random", 1),
+                                                   ("systematic", 4), ("random", 2)])
+def test_exact_gibbs_matches_enumeration(scan, chains_per_task):
+    """One chain per task (one-chain kernel) and chains in lockstep."""
     mrf = _small_model()
     marg, joint = _exact_moments(mrf)
     res = GibbsSampler(scan=scan, n_chains=4, n_warmup=50, n_draws=4000,
-                       random_state=3).sample(mrf)
+                       chains_per_task=chains_per_task, random_state=3).sample(mrf)
     assert res.draws.dtype == np.int8 and res.draws.shape == (4, 4000, 10)
     assert res.terms_per_update == pytest.approx(36.0)
     z, rhat, ess = _moment_z_scores(res.draws, marg, joint)
@@ -196,13 +215,15 @@ def test_exact_gibbs_matches_enumeration(scan):
     assert z.max() < 4, z.max()
 
 
-def test_gibbs_with_a_wrong_threshold_fails_the_same_check(monkeypatch):
+@pytest.mark.parametrize("chains_per_task", [1, 4])
+def test_gibbs_with_a_wrong_threshold_fails_the_same_check(monkeypatch, chains_per_task):
     """Negative control: comparing log(u) (an MH-style threshold) instead of
     log(u / (1 - u)) with the log-odds samples the wrong distribution."""
     monkeypatch.setattr(gibbs, "_logit", lambda u: np.log(u))
     mrf = _small_model()
     marg, joint = _exact_moments(mrf)
-    res = GibbsSampler(n_chains=4, n_warmup=50, n_draws=1000, random_state=3).sample(mrf)
+    res = GibbsSampler(n_chains=4, n_warmup=50, n_draws=1000, chains_per_task=chains_per_task,
+                       random_state=3).sample(mrf)
     z, _, _ = _moment_z_scores(res.draws, marg, joint)
     assert np.nanmax(z) > 4
 
@@ -243,6 +264,62 @@ def test_epsilon_zero_makes_the_exact_decisions(scan):
             state = s_exact
     assert differs[0.0] == 0
     assert differs[0.3] > 0
+
+
+@pytest.mark.parametrize("scan", ["systematic", "random"])
+def test_epsilon_zero_makes_the_exact_decisions_in_lockstep(scan):
+    """The same for six chains in lockstep (:func:`gibbs.step_chains`)."""
+    mrf = _small_model()
+    exact = gibbs.GibbsParams("exact", scan)
+    differs = {0.0: 0, 0.3: 0}
+    for eps in differs:
+        params = gibbs.GibbsParams("approximate", scan, eps, 5)
+        X = np.zeros((6, 10), dtype=np.int8)
+        for t in range(100):
+            X_exact, _ = gibbs.step_chains(np.random.default_rng([9, t]), X, mrf, exact)
+            X_approx, info = gibbs.step_chains(np.random.default_rng([9, t]), X, mrf, params)
+            differs[eps] += int((X_exact != X_approx).any(axis=1).sum())
+            if eps == 0.0:
+                assert np.all(info.n_terms_evaluated == 10 * 36)
+                assert np.all(info.n_stopped_early == 0)
+            X = X_exact
+    assert differs[0.0] == 0
+    assert differs[0.3] > 0
+
+
+@pytest.mark.parametrize("eps", [0.05, 0.2])
+def test_lockstep_update_has_the_one_chain_kernel(eps):
+    """P_hat(x_i <- 1 | x_-i) and the terms read per update of the lockstep
+    test (chains sharing a reading order) equal those of the one-chain test
+    (:func:`gibbs.decide`) within 4 standard errors; the lockstep test at
+    level 2 epsilon differs from the one-chain test at epsilon by more than
+    that (negative control: the check can see a wrong critical value)."""
+    mrf = _bounded_model()
+    params = gibbs.GibbsParams("approximate", "systematic", eps, 40)
+    wrong = gibbs.GibbsParams("approximate", "systematic", min(2 * eps, 0.45), 40)
+    rng = np.random.default_rng(4)
+    R, K = 3000, 20
+    far = 0
+    for x, i, p in _updates(mrf, 3, 0.3, 0.8, seed=5):
+        one = [gibbs.decide(rng, mrf, i, x.copy(), t, params)
+               for t in gibbs._logit(rng.random(R))]
+        p_one = np.mean([v for v, *_ in one])
+        terms_one = np.array([n for _, n, *_ in one], dtype=float)
+        XT = np.repeat(x[:, None], K, axis=1)
+        lock = [gibbs.decide_chains(rng, mrf, i, XT, gibbs._logit(rng.random(K)), params)
+                for _ in range(R // K)]
+        p_lock = np.mean([v.mean() for v, *_ in lock])
+        terms_lock = np.concatenate([n for _, n, *_ in lock]).astype(float)
+        bad = [gibbs.decide_chains(rng, mrf, i, XT, gibbs._logit(rng.random(K)), wrong)
+               for _ in range(R // K)]
+        p_bad = np.mean([v.mean() for v, *_ in bad])
+        se = np.sqrt(2 * p * (1 - p) / R)
+        assert abs(p_lock - p_one) < 4 * se, (p_lock, p_one, se)
+        se_terms = np.sqrt(terms_one.var() / R + terms_lock.var() / R)
+        assert abs(terms_lock.mean() - terms_one.mean()) < 4 * se_terms + 1e-9
+        far += abs(p_bad - p_one) > 4 * se or abs(
+            np.concatenate([n for _, n, *_ in bad]).mean() - terms_one.mean()) > 4 * se_terms
+    assert far > 0
 
 
 # --- approximate Gibbs: per-update error ---------------------------------------------
@@ -474,9 +551,10 @@ def test_approximate_gibbs_samples_its_stationary_law_within_theorem_2(monkeypat
     s = states.astype(float)
     marg, joint = S_eps @ s, np.einsum("n,ni,nj->ij", S_eps, s, s)
 
-    def worst_z(method):
+    def worst_z(method, chains_per_task=1):
         res = GibbsSampler(method=method, epsilon=eps, batch_size=m, n_chains=4, n_warmup=50,
-                           n_draws=2000, random_state=6).sample(mrf)
+                           n_draws=2000, chains_per_task=chains_per_task,
+                           random_state=6).sample(mrf)
         x = res.draws.astype(float)
         iu = np.triu_indices(5, 1)
         est = np.concatenate([x, x[..., iu[0]] * x[..., iu[1]]], axis=-1)
@@ -486,6 +564,10 @@ def test_approximate_gibbs_samples_its_stationary_law_within_theorem_2(monkeypat
 
     assert worst_z("approximate") < 4
     assert worst_z("exact") > 4
+    # Four chains in lockstep, sharing reading orders: same law, and MCSEs
+    # computed as for independent chains still hold.
+    assert worst_z("approximate", 4) < 4
+    assert worst_z("exact", 4) > 4
 
 
 # --- the sampler front end -----------------------------------------------------------

@@ -65,9 +65,10 @@ class GibbsResult:
         Mean terms evaluated per single-variable update after warm-up (the
         paper's cost unit; the exact sampler's is ``mean(N_i)``).
     wall_time : dict
-        Seconds in ``"warmup"`` and ``"sampling"``, summed over chains.
+        Seconds in ``"warmup"`` and ``"sampling"``, summed over tasks (the
+        chains of one lockstep task share its time).
     elapsed : ndarray, shape (n_chains, n_draws)
-        Sampling wall time of each chain up to each draw.
+        Sampling wall time of each chain's task up to each draw.
     method, scan, epsilon, batch_size
         The configuration that produced the draws.
     """
@@ -108,7 +109,15 @@ class GibbsResult:
 def _run_one_chain(seed, mrf, params, n_warmup, n_draws, x0):
     """Module-level chain task; BLAS single-threaded as for every chain of the package."""
     with _SingleThreadedBLAS():
-        return gibbs.run_chain(np.random.default_rng(seed), mrf, params, n_warmup, n_draws, x0)
+        return [gibbs.run_chain(np.random.default_rng(seed), mrf, params, n_warmup, n_draws,
+                                x0)]
+
+
+def _run_lockstep(seed, mrf, params, n_chains, n_warmup, n_draws, x0):
+    """Module-level task of ``n_chains`` chains run in lockstep in one process."""
+    with _SingleThreadedBLAS():
+        return gibbs.run_chains(np.random.default_rng(seed), mrf, params, n_chains, n_warmup,
+                                n_draws, x0)
 
 
 class GibbsSampler(BaseEstimator):
@@ -144,10 +153,22 @@ class GibbsSampler(BaseEstimator):
         Scans stored per chain.
     initial_state : None or array of 0/1, shape (D,) or (n_chains, D)
         Starting states; uniformly random from each chain's seed when None.
+    chains_per_task : int, default=1
+        Chains run in lockstep in one process (one joblib task).  1 runs each
+        chain with the one-chain kernel.  Larger values (hundreds, on models
+        with thousands of terms per conditional) run
+        :func:`~bayesian_subsample.samplers.gibbs.step_chains`: each update is
+        one vectorised evaluation over all chains of the task, so the
+        per-call cost of numpy is shared and the time follows the terms
+        evaluated (see :doc:`/mrf`).  The approximate chains of one task
+        share each update's random reading order of the terms (each chain's
+        kernel is unchanged; the chains of a task are then weakly dependent,
+        chains of different tasks independent).
     n_jobs : int or None, default=None
-        Chains in parallel through joblib (no backend hard-coded).
+        Tasks in parallel through joblib (no backend hard-coded).
     random_state : int, RandomState, Generator or None, default=None
-        An int gives bit-identical draws for any ``n_jobs``.
+        An int gives bit-identical draws for any ``n_jobs`` (one seed per
+        task, spawned before dispatch).
 
     Examples
     --------
@@ -160,8 +181,8 @@ class GibbsSampler(BaseEstimator):
     """
 
     def __init__(self, method="exact", scan="systematic", epsilon=0.01, batch_size=500,
-                 n_chains=4, n_warmup=100, n_draws=1000, initial_state=None, n_jobs=None,
-                 random_state=None):
+                 n_chains=4, n_warmup=100, n_draws=1000, initial_state=None, chains_per_task=1,
+                 n_jobs=None, random_state=None):
         self.method = method
         self.scan = scan
         self.epsilon = epsilon
@@ -170,6 +191,7 @@ class GibbsSampler(BaseEstimator):
         self.n_warmup = n_warmup
         self.n_draws = n_draws
         self.initial_state = initial_state
+        self.chains_per_task = chains_per_task
         self.n_jobs = n_jobs
         self.random_state = random_state
 
@@ -187,10 +209,13 @@ class GibbsSampler(BaseEstimator):
         _check_int(self.n_chains, "n_chains", 1)
         _check_int(self.n_warmup, "n_warmup", 0)
         _check_int(self.n_draws, "n_draws", 1)
+        _check_int(self.chains_per_task, "chains_per_task", 1)
         if not (self.n_jobs is None or isinstance(self.n_jobs, numbers.Integral)):
             raise ValueError(f"n_jobs must be None or an integer, got {self.n_jobs!r}.")
         needed = ("n_variables", "terms_per_variable", "term_log_odds", "log_odds_offset",
                   "conditional_log_odds")
+        if self.chains_per_task > 1:
+            needed += ("term_log_odds_chains", "log_odds_offset_chains")
         missing = [name for name in needed if not hasattr(mrf, name)]
         if missing:
             raise ValueError(f"sample() needs a BinaryMRF (or an object with {list(needed)}); "
@@ -214,10 +239,20 @@ class GibbsSampler(BaseEstimator):
         starts = self._validate(mrf)
         params = gibbs.GibbsParams(self.method, self.scan, float(self.epsilon),
                                    int(self.batch_size))
-        seeds = seed_sequences(self.random_state, self.n_chains)
-        results = Parallel(n_jobs=self.n_jobs)(
-            delayed(_run_one_chain)(seed, mrf, params, self.n_warmup, self.n_draws, x0)
-            for seed, x0 in zip(seeds, starts))
+        K = int(self.chains_per_task)
+        if K == 1:
+            seeds = seed_sequences(self.random_state, self.n_chains)
+            tasks = (delayed(_run_one_chain)(seed, mrf, params, self.n_warmup, self.n_draws, x0)
+                     for seed, x0 in zip(seeds, starts))
+        else:
+            groups = [list(range(lo, min(lo + K, self.n_chains)))
+                      for lo in range(0, self.n_chains, K)]
+            seeds = seed_sequences(self.random_state, len(groups))
+            tasks = (delayed(_run_lockstep)(
+                seed, mrf, params, len(g), self.n_warmup, self.n_draws,
+                None if starts[0] is None else np.stack([starts[c] for c in g]))
+                for seed, g in zip(seeds, groups))
+        results = [r for task in Parallel(n_jobs=self.n_jobs)(tasks) for r in task]
         stats = {k: np.stack([r.stats[k] for r in results]) for k in results[0].stats}
         width = max(len(r.batch_histogram) for r in results)
         hist = np.zeros(width, dtype=np.int64)

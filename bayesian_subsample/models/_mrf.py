@@ -289,6 +289,47 @@ class BinaryMRF:
             code = code * 2 + x[cols[q][rows]]
         return self._diff[rows * self._n_codes + code]
 
+    def term_log_odds_chains(self, i, XT, idx=None):
+        """Per-term log-odds contributions of variable ``i`` for many states at once.
+
+        The vectorised form of :meth:`term_log_odds` used by Gibbs chains run
+        in lockstep.  The states are the *columns* of ``XT`` (one chain per
+        column), so gathering a neighbour's value for a term copies one
+        contiguous row of all chains; the same terms (``idx``) are evaluated
+        for every state.
+
+        Parameters
+        ----------
+        i : int
+            The variable.
+        XT : ndarray of int8, shape (n_variables, n_states)
+            One state per column (row ``i`` is not read).
+        idx : ndarray of int, optional
+            Positions in ``range(terms_per_variable[i])`` of the terms to
+            evaluate, shared by all states; all terms when None.
+
+        Returns
+        -------
+        ndarray of float64, shape (len(idx), n_states)
+            Column ``c`` equals ``term_log_odds(i, XT[:, c], idx)``.
+        """
+        start, stop = self._indptr[i], self._indptr[i + 1]
+        rows = np.arange(start, stop) if idx is None else start + np.asarray(idx)
+        cols = self._nbr_cols
+        if not cols:  # unary terms
+            return np.repeat(self._diff[rows][:, None], XT.shape[1], axis=1)
+        code = XT.take(cols[0][rows], axis=0)
+        if len(cols) > 7:  # codes up to 2**(arity - 1) - 1 overflow int8
+            code = code.astype(np.int16)
+        for q in range(1, len(cols)):
+            code <<= 1
+            code |= XT.take(cols[q][rows], axis=0)
+        return self._diff.take((rows * self._n_codes)[:, None] + code)
+
+    def log_odds_offset_chains(self, i, XT):
+        """:meth:`log_odds_offset` for each column of ``XT`` (n_variables, n_states)."""
+        return np.full(XT.shape[1], self.bias[i])
+
     def log_odds_offset(self, i, x):
         """The exactly-known part of the log-odds of variable ``i`` (its bias)."""
         return float(self.bias[i])

@@ -26,13 +26,15 @@ decision for the same ``u``.
 
 from __future__ import annotations
 
+import functools
+import math
 from typing import NamedTuple
 
 import numpy as np
-from scipy.special import stdtr
+from scipy.special import stdtr, stdtrit
 
 __all__ = ["IndexStream", "PermutationStream", "READING_ORDERS", "SequentialTestResult",
-           "sequential_mean_test"]
+           "sequential_mean_test", "look_delta", "look_standard_error", "critical_t"]
 
 
 class IndexStream:
@@ -163,13 +165,52 @@ def sequential_mean_test(rng, n_population, values, mu0, batch_size, epsilon,
         if n >= N:
             return SequentialTestResult(bool(lbar > mu0), n, n_batches, False, lbar - mu0)
         if n > 1:
-            var_l = max(total_sq - n * lbar * lbar, 0.0) / (n - 1)
-            s = np.sqrt(var_l / n)
-            if finite_population_correction:
-                s = s * np.sqrt(1.0 - (n - 1) / (N - 1))
-            if s == 0.0:
-                delta = 0.0 if lbar != mu0 else 1.0
-            else:
-                delta = float(stdtr(n - 1, -abs(lbar - mu0) / s))
+            delta = look_delta(total, total_sq, n, N, mu0, finite_population_correction)
             if delta < epsilon:
                 return SequentialTestResult(bool(lbar > mu0), n, n_batches, True, lbar - mu0)
+
+
+def look_standard_error(total, total_sq, n, N, finite_population_correction=True):
+    """Mean ``lbar`` and standard error ``s`` (eq. 3) after ``n`` of ``N`` members.
+
+    ``total`` and ``total_sq`` are the sum and the sum of squares of the ``n``
+    members read (``1 < n < N``).  Scalars or arrays (one entry per test, all
+    at the same ``n`` and ``N``, as for Gibbs chains run in lockstep).
+    """
+    lbar = total / n
+    var_l = np.maximum(total_sq - n * lbar * lbar, 0.0) / (n - 1)
+    s = np.sqrt(var_l / n)
+    if finite_population_correction:
+        s = s * np.sqrt(1.0 - (n - 1) / (N - 1))
+    return lbar, s
+
+
+def look_delta(total, total_sq, n, N, mu0, finite_population_correction=True):
+    """One look of Algorithm 1: ``delta = 1 - Phi_{n-1}(|t|)`` after ``n`` members.
+
+    ``t = (lbar - mu0) / s`` (eq. 4) with ``lbar, s`` from
+    :func:`look_standard_error`.  Scalars give a float, arrays an array.
+    The test stops when ``delta < epsilon``.  A zero standard error gives
+    ``delta = 0`` unless ``lbar == mu0`` (then 1).
+    """
+    scalar = np.ndim(total) == 0 and np.ndim(mu0) == 0
+    lbar, s = look_standard_error(np.asarray(total, dtype=np.float64), total_sq, n, N,
+                                  finite_population_correction)
+    gap = np.abs(lbar - mu0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        delta = stdtr(n - 1, -gap / s)
+    delta = np.where(s == 0.0, np.where(gap != 0.0, 0.0, 1.0), delta)
+    return float(delta) if scalar else delta
+
+
+@functools.lru_cache(maxsize=4096)
+def critical_t(df, epsilon):
+    """``t_c`` with ``1 - Phi_df(t_c) = epsilon``: a look stops iff ``|t| > t_c``.
+
+    The same stopping rule as ``delta < epsilon`` (``delta`` decreasing in
+    ``|t|``), computed once per look for many tests at the same ``n`` instead
+    of one Student-t cdf per test.  ``epsilon = 0`` gives infinity (never stop).
+    """
+    if epsilon <= 0.0:
+        return math.inf
+    return float(-stdtrit(df, epsilon))

@@ -173,8 +173,15 @@ class BinaryConditionals(Protocol):
     def term_log_odds(self, i: int, x: np.ndarray, idx: np.ndarray | None = None) -> np.ndarray:
         """Per-term contributions to the log-odds of ``x_i`` at positions ``idx``."""
 
+    def term_log_odds_chains(self, i: int, XT: np.ndarray,
+                             idx: np.ndarray | None = None) -> np.ndarray:
+        """:meth:`term_log_odds` for each column of ``XT`` (D, n_states): (len(idx), n_states)."""
+
     def log_odds_offset(self, i: int, x: np.ndarray) -> float:
         """The part of the log-odds that is known exactly (never subsampled)."""
+
+    def log_odds_offset_chains(self, i: int, XT: np.ndarray) -> np.ndarray:
+        """:meth:`log_odds_offset` for each column of ``XT`` (D, n_states)."""
 
     def conditional_log_odds(self, i: int, x: np.ndarray) -> float:
         """``log P(x_i = 1 | x_-i) - log P(x_i = 0 | x_-i)``, all terms."""

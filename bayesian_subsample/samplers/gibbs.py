@@ -37,14 +37,15 @@ from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
-from ._sequential import sequential_mean_test
+from ._sequential import critical_t, look_standard_error, sequential_mean_test
 
 if TYPE_CHECKING:
     from ._typing import BinaryConditionals
 
 
 __all__ = ["GibbsState", "GibbsParams", "GibbsInfo", "GibbsChainResult", "init", "step",
-           "run_chain", "decide", "METHODS", "SCANS"]
+           "run_chain", "decide", "METHODS", "SCANS", "GibbsChainsInfo", "decide_chains",
+           "step_chains", "run_chains"]
 
 METHODS = ("exact", "approximate")
 SCANS = ("systematic", "random")
@@ -241,3 +242,249 @@ def run_chain(rng: np.random.Generator, target: BinaryConditionals, params, n_wa
     t2 = time.perf_counter()
     return GibbsChainResult(draws, stats, hist, int(n_warm_terms),
                             int(stats["n_terms_evaluated"].sum()), t1 - t0, t2 - t1, elapsed)
+
+
+# --- many chains in lockstep -----------------------------------------------------------
+#
+# The kernels above update one chain at a time: every update costs a handful
+# of numpy calls (about a microsecond each) whatever the number of terms it
+# reads, and on the §6.3 model that fixed cost is larger than the term work
+# the approximate test saves (a term is one ~4 ns table lookup).  The kernels
+# below run K chains of one process in lockstep: an update of variable ``i``
+# is one vectorised evaluation over all K chains (exact), or one per look of
+# the sequential test over the chains whose test is still running
+# (approximate), so the per-call cost is shared by K chains and the time
+# follows the terms evaluated.
+#
+# Reading order.  Each update of variable ``i`` draws one fresh uniformly
+# random permutation of its ``N_i`` terms, shared by the chains updating
+# ``i`` at that step: look ``k`` of every chain reads the same positions, so a
+# look is one gather per neighbour slot for all chains.  For each chain the
+# order is a fresh uniform permutation drawn independently of its state and
+# past, which is what the t-test assumes, so each chain's transition kernel
+# is exactly the one-chain approximate kernel (same distribution of
+# decisions).  The chains of one task are no longer independent of each
+# other: their tests read the same terms at the same update (their uniforms
+# ``u`` are independent).  Chains of different tasks stay independent.
+
+
+class GibbsChainsInfo(NamedTuple):
+    """What one lockstep scan did: the fields of :class:`GibbsInfo`, one per chain."""
+
+    n_terms_evaluated: np.ndarray
+    terms_per_update: np.ndarray
+    data_fraction: np.ndarray
+    n_batches: np.ndarray
+    n_stopped_early: np.ndarray
+    n_changed: np.ndarray
+    #: Mini-batches read by each update of each chain, shape (K, n_updates).
+    batches_per_update: np.ndarray
+
+
+#: Target number of terms (chains x positions) per vectorised evaluation: large
+#: enough to amortise the numpy call overhead, small enough that the gathers'
+#: index and value arrays stay in the per-core cache.
+LOCKSTEP_BLOCK = 1 << 17
+
+
+def _term_sums(target, i, XT, idx, want_squares):
+    """Per-chain sums (and sums of squares) of the per-term log-odds, in cache-sized blocks."""
+    positions = np.arange(int(target.terms_per_variable[i])) if idx is None else idx
+    K = XT.shape[1]
+    block = max(1, LOCKSTEP_BLOCK // max(K, 1))
+    if len(positions) <= block:
+        vals = target.term_log_odds_chains(i, XT, idx)
+        return vals.sum(axis=0), (np.einsum("ij,ij->j", vals, vals) if want_squares else None)
+    total = np.zeros(K)
+    squares = np.zeros(K) if want_squares else None
+    for lo in range(0, len(positions), block):
+        vals = target.term_log_odds_chains(i, XT, positions[lo:lo + block])
+        total += vals.sum(axis=0)
+        if want_squares:
+            squares += np.einsum("ij,ij->j", vals, vals)
+    return total, squares
+
+
+def decide_chains(rng, target, i, XT, thresholds, params):
+    """One update of variable ``i`` in each column of ``XT`` (the chains, in lockstep).
+
+    ``XT`` has shape (n_variables, K), one chain per column, and
+    ``thresholds[c] = log(u_c / (1 - u_c))``.  Exact: ``thresholds < L_i``.
+    Approximate: the sequential test of Algorithm 1 for every chain at once
+    on :func:`._sequential.look_standard_error` (eq. 3, the statistic behind
+    :func:`._sequential.sequential_mean_test`), stopping when
+    ``|t| > critical_t(n - 1, epsilon)`` (the same rule as ``delta < epsilon``,
+    one Student-t quantile per look instead of a cdf per chain), mini-batches
+    from one fresh random permutation of the terms shared by the chains (see
+    above).
+
+    Returns
+    -------
+    (values, n_terms_evaluated, n_batches, stopped_early), arrays over chains
+    """
+    K = XT.shape[1]
+    N = int(target.terms_per_variable[i])
+    offsets = np.asarray(target.log_odds_offset_chains(i, XT), dtype=np.float64)
+    if params.method != "approximate" or N == 0:
+        L = offsets + _term_sums(target, i, XT, None, False)[0] if N else offsets
+        return (thresholds < L), np.full(K, N), np.ones(K, dtype=np.int64), np.zeros(K, bool)
+    m = int(params.batch_size)
+    mu0 = (thresholds - offsets) / N
+    order = rng.permutation(N)
+    values = np.zeros(K, dtype=bool)
+    n_used = np.full(K, N, dtype=np.int64)
+    n_batches = np.zeros(K, dtype=np.int64)
+    early = np.zeros(K, dtype=bool)
+    # The running tests, kept compact: chain ids, states, thresholds, sums.
+    active, Xa, mu0a = np.arange(K), XT, mu0
+    total, total_sq = np.zeros(K), np.zeros(K)
+    n = k = 0
+    while True:
+        idx = order[n:n + m]
+        n += len(idx)
+        k += 1
+        s, sq = _term_sums(target, i, Xa, idx, True)
+        total += s
+        total_sq += sq
+        if n >= N:
+            values[active] = total / n > mu0a
+            n_batches[active] = k
+            break
+        if n > 1 and params.epsilon > 0:
+            lbar, se = look_standard_error(total, total_sq, n, N)
+            gap = lbar - mu0a
+            # delta < epsilon (Algorithm 1) as |t| > t_c; se = 0 stops iff lbar != mu0.
+            stop = np.abs(gap) > critical_t(n - 1, float(params.epsilon)) * se
+            if stop.any():
+                done = active[stop]
+                values[done] = gap[stop] > 0
+                n_used[done] = n
+                n_batches[done] = k
+                early[done] = True
+                keep = ~stop
+                if not keep.any():
+                    break
+                active, Xa, mu0a = active[keep], Xa[:, keep], mu0a[keep]
+                total, total_sq = total[keep], total_sq[keep]
+    return values, n_used, n_batches, early
+
+
+def step_chains(rng: np.random.Generator, X: np.ndarray, target: BinaryConditionals,
+                params: GibbsParams) -> tuple[np.ndarray, GibbsChainsInfo]:
+    """One scan of each of ``K`` chains in lockstep.
+
+    Parameters
+    ----------
+    rng : numpy.random.Generator
+        One generator for all ``K`` chains.
+    X : ndarray of int8, shape (K, n_variables)
+        The chains' states (not modified).
+    target : BinaryConditionals
+    params : GibbsParams
+
+    Returns
+    -------
+    (X_new, GibbsChainsInfo)
+
+    Notes
+    -----
+    As in :func:`step`, the scan orders (random scan: each chain its own)
+    and all ``K x D`` uniforms are drawn first, the reading orders after, so
+    the exact and the ``epsilon = 0`` approximate lockstep kernels make
+    identical decisions from identical generator states.  With the random
+    scan the chains updating the same variable at a step are updated
+    together (one group per distinct variable), so lockstep pays mostly for
+    the systematic scan.  Internally the states are held one chain per
+    column (see :meth:`BinaryMRF.term_log_odds_chains`).
+    """
+    K, D = X.shape
+    order = None if params.scan == "systematic" else rng.integers(0, D, (K, D))
+    thresholds = _logit(rng.random((K, D)))
+    XT = np.ascontiguousarray(np.asarray(X, dtype=np.int8).T)
+    n_all = target.terms_per_variable
+    batches = np.zeros((K, D), dtype=np.int32)
+    n_terms = np.zeros(K, dtype=np.int64)
+    n_early = np.zeros(K, dtype=np.int64)
+    n_changed = np.zeros(K, dtype=np.int64)
+    population = np.zeros(K, dtype=np.int64)
+    everyone = np.arange(K)
+    for k in range(D):
+        if order is None:
+            groups = [(k, everyone)]
+        else:
+            col = order[:, k]
+            groups = [(int(v), np.flatnonzero(col == v)) for v in np.unique(col)]
+        for i, rows in groups:
+            Xs = XT if len(rows) == K else XT[:, rows]
+            old = XT[i, rows]
+            values, used, nb, early = decide_chains(rng, target, i, Xs, thresholds[rows, k],
+                                                    params)
+            XT[i, rows] = values
+            n_terms[rows] += used
+            batches[rows, k] = nb
+            n_early[rows] += early
+            n_changed[rows] += values != old
+            population[rows] += int(n_all[i])
+    info = GibbsChainsInfo(n_terms, n_terms / D, n_terms / np.maximum(population, 1),
+                           batches.sum(axis=1), n_early, n_changed, batches)
+    return np.ascontiguousarray(XT.T), info
+
+
+def run_chains(rng: np.random.Generator, target: BinaryConditionals, params, n_chains,
+               n_warmup, n_draws, x0=None, callback=None):
+    """Run ``n_chains`` chains in lockstep (:func:`step_chains`) in this process.
+
+    Parameters
+    ----------
+    rng : numpy.random.Generator
+    target : BinaryConditionals
+    params : GibbsParams
+    n_chains, n_warmup, n_draws : int
+    x0 : array of 0/1, shape (n_chains, n_variables), optional
+        Initial states; uniform random from ``rng`` when None.
+    callback : callable, optional
+        Called as ``callback(iteration, X, info)`` after every scan.
+
+    Returns
+    -------
+    list of GibbsChainResult
+        One per chain.  The chains share one clock: each chain's
+        ``elapsed`` is the run's, and its ``wall_time_*`` is the run's
+        divided by ``n_chains`` (so sums over chains are the run's time).
+    """
+    D = target.n_variables
+    K = int(n_chains)
+    X = rng.integers(0, 2, (K, D)).astype(np.int8) if x0 is None else \
+        np.asarray(x0, dtype=np.int8).reshape(K, D).copy()
+    t0 = time.perf_counter()
+    n_warm_terms = np.zeros(K, dtype=np.int64)
+    for it in range(n_warmup):
+        X, info = step_chains(rng, X, target, params)
+        n_warm_terms += info.n_terms_evaluated
+        if callback is not None:
+            callback(it, X, info)
+    t1 = time.perf_counter()
+    draws = np.empty((K, n_draws, D), dtype=np.int8)
+    stats = {k: np.zeros((K, n_draws), dtype=float if k in ("terms_per_update", "data_fraction")
+                         else np.int64) for k in _STATS}
+    elapsed = np.empty(n_draws)
+    hists = [np.zeros(1, dtype=np.int64) for _ in range(K)]
+    for it in range(n_draws):
+        X, info = step_chains(rng, X, target, params)
+        draws[:, it] = X
+        for k in _STATS:
+            stats[k][:, it] = getattr(info, k)
+        for c in range(K):
+            counts = np.bincount(info.batches_per_update[c])
+            if len(counts) > len(hists[c]):
+                hists[c] = np.concatenate([hists[c], np.zeros(len(counts) - len(hists[c]),
+                                                              dtype=np.int64)])
+            hists[c][:len(counts)] += counts
+        elapsed[it] = time.perf_counter() - t1
+        if callback is not None:
+            callback(n_warmup + it, X, info)
+    t2 = time.perf_counter()
+    return [GibbsChainResult(draws[c], {k: v[c] for k, v in stats.items()}, hists[c],
+                             int(n_warm_terms[c]), int(stats["n_terms_evaluated"][c].sum()),
+                             (t1 - t0) / K, (t2 - t1) / K, elapsed.copy())
+            for c in range(K)]
