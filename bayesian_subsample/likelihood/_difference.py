@@ -132,6 +132,12 @@ class DifferenceEstimator:
         self.n_obs_per_eval = m
         #: Linear predictors per row (1 for a GLM, K for multinomial regression).
         self.n_linear_predictors = int(getattr(model, "n_linear_predictors", 1))
+        # The family's in-place log-likelihood (one linear predictor, the
+        # GLM's own weighting), used by evaluate() through work arrays.
+        into = getattr(getattr(model, "family", None), "loglik_into", None)
+        self._loglik_into = (into if self.n_linear_predictors == 1
+                             and getattr(type(model), "eta_terms", None) is _GLM_ETA_TERMS
+                             else None)
 
     def design_eta(self, Z, theta):
         """Linear predictors of the cached design rows ``Z``: (m,) or (m, K)."""
@@ -318,10 +324,8 @@ class DifferenceEstimator:
 
     def evaluate(self, theta, sub):
         """Perturbed log posterior estimate, gradient and ``sigma2_hat``."""
-        if self.n_linear_predictors == 1:
-            into = getattr(getattr(self.model, "family", None), "loglik_into", None)
-            if into is not None and type(self.model).eta_terms is _GLM_ETA_TERMS:
-                return self._evaluate_into(theta, sub, into)
+        if self._loglik_into is not None:
+            return self._evaluate_into(theta, sub, self._loglik_into)
         d, g = self.differences(theta, sub)
         total = float(d.sum())
         dev = d - total / len(d)

@@ -368,15 +368,23 @@ class GLM:
         values are those of ``design(rows(idx)[0])``: a float32 ``X`` is read
         as float32 and widened exactly in the copy.
         """
-        Xr, yr, wr = self.rows(idx)
-        if type(self).design is GLM.design:
-            if self.fit_intercept:
-                out[:, 0] = 1.0
-                out[:, 1:] = Xr
-            else:
-                out[...] = Xr
-        else:
+        cls = type(self)
+        if cls.design is not GLM.design:
+            Xr, yr, wr = self.rows(idx)
             out[...] = self.design(Xr)
+            return yr, wr
+        if cls.rows is GLM.rows and isinstance(self.X, np.ndarray):
+            # X[idx] is a fresh array in X's dtype; the assignment widens it.
+            Xr = self.X[idx]
+            yr = self.y[idx]
+            wr = None if self.sample_weight is None else self.sample_weight[idx]
+        else:
+            Xr, yr, wr = self.rows(idx)
+        if self.fit_intercept:
+            out[:, 0] = 1.0
+            out[:, 1:] = Xr
+        else:
+            out[...] = Xr
         return yr, wr
 
     # ---------------------------------------------- per-observation terms

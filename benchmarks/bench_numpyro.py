@@ -1,0 +1,169 @@
+"""HMC-ECS of this package against NumPyro's HMCECS, side by side on the same data.
+
+Same data, model and prior for both: HIGGS-like logistic regression
+(:func:`bayesian_subsample.datasets.make_higgs_like`, 29 correlated features
+plus an intercept), prior ``N(0, 10^2)`` on every coefficient and the
+intercept, one chain, 1000 warm-up iterations and 1000 draws.
+
+* ``ours``: ``BayesianLogisticRegression(sampler="hmc_ecs")`` with its
+  defaults (automatic theta*, subsample size and step size; fixed
+  trajectory length).  The time is the whole ``fit``: input validation,
+  the set-up passes over the data (theta*, control-variate sums, mass
+  matrix), warm-up with its refinement passes, and sampling.
+* ``numpyro``: ``HMCECS(NUTS(model), num_blocks=100,
+  proxy=HMCECS.taylor_proxy(theta*))`` with ``m = 1300`` (the settings of
+  NumPyro's HIGGS example), NUTS with a diagonal mass matrix and target
+  acceptance 0.8, started at theta*.  theta* is the exact full-data posterior
+  mode, computed outside its timing (its best case: NumPyro leaves theta* to
+  the user).  Its time is ``MCMC.run`` (warm-up and sampling), reported with
+  and without JAX's tracing and compilation (summed from ``jax.monitoring``
+  events), float32 as NumPyro runs by default.
+
+ESS is this package's bulk ESS (:func:`bayesian_subsample.diagnostics.ess_bulk`)
+of every coefficient, computed the same way for both; ``min_ess_per_s`` is the
+smallest of the 30 over the wall time.  The last line gives the ratios and the
+largest ``|mean_ours - mean_numpyro| / sd_numpyro`` over the coefficients.
+
+Reproduce (NumPyro and JAX live in their own environment, never as a
+dependency of this package)::
+
+    python3 -m venv /tmp/venv-numpyro
+    /tmp/venv-numpyro/bin/pip install numpyro jax
+    /tmp/venv-numpyro/bin/pip install -e .
+    /tmp/venv-numpyro/bin/python benchmarks/bench_numpyro.py            # n = 1e6
+    /tmp/venv-numpyro/bin/python benchmarks/bench_numpyro.py --n 100000
+
+Measured with numpyro 0.22.0 and jax 0.10.2 on a shared 2-core machine; see
+doc/benchmarks.rst for the numbers.
+"""
+
+import argparse
+import json
+import time
+import warnings
+
+import numpy as np
+
+from bayesian_subsample import BayesianLogisticRegression
+from bayesian_subsample.datasets import make_higgs_like
+from bayesian_subsample.diagnostics import ess_bulk
+from bayesian_subsample.likelihood._full import TallPosterior
+from bayesian_subsample.models._glm import GLM, LogisticFamily
+from bayesian_subsample.models._prior import GaussianPrior
+
+PRIOR_SCALE = 10.0
+
+
+def fit_ours(X, y, args):
+    est = BayesianLogisticRegression(sampler="hmc_ecs", prior_scale=PRIOR_SCALE,
+                                     intercept_prior_scale=PRIOR_SCALE, n_chains=1,
+                                     n_warmup=args.n_warmup, n_draws=args.n_draws, n_jobs=1,
+                                     random_state=args.seed)
+    start = time.perf_counter()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        est.fit(X, y)
+    seconds = time.perf_counter() - start
+    draws = est._all_draws()[0]  # (draw, dim): intercept first, as theta
+    return draws, seconds, {"subsample_size": int(est.subsample_size_[0]),
+                            "n_integration_steps": int(est.n_integration_steps_[0]),
+                            "step_size": float(est.step_size_[0]),
+                            "wall_time": est.wall_time_,
+                            "evaluations": est.evaluations_}
+
+
+def posterior_mode(X, y):
+    """theta* for NumPyro: the exact full-data posterior mode (not timed)."""
+    model = GLM(X, y, LogisticFamily())
+    post = TallPosterior(model, GaussianPrior(np.full(model.dim, PRIOR_SCALE)))
+    return post.mode()[0]
+
+
+def fit_numpyro(X, y, theta_star, args):
+    import jax
+    import jax.numpy as jnp
+    import numpyro
+    import numpyro.distributions as dist
+    from numpyro.infer import HMCECS, MCMC, NUTS, init_to_value
+
+    compile_s = []
+
+    def listener(event, duration, **kwargs):
+        if event.startswith("/jax/core/compile") or event.startswith("/jax/compilation"):
+            compile_s.append(duration)
+
+    jax.monitoring.register_event_duration_secs_listener(listener)
+    n, p = X.shape
+    Xd = jnp.asarray(np.hstack([np.ones((n, 1), np.float32), X.astype(np.float32)]))
+    yd = jnp.asarray(y.astype(np.float32))
+
+    def model(Xd, yd):
+        theta = numpyro.sample("theta", dist.Normal(0.0, PRIOR_SCALE).expand([p + 1])
+                               .to_event(1))
+        with numpyro.plate("N", n, subsample_size=args.numpyro_m):
+            xb = numpyro.subsample(Xd, event_dim=1)
+            yb = numpyro.subsample(yd, event_dim=0)
+            numpyro.sample("obs", dist.Bernoulli(logits=xb @ theta), obs=yb)
+
+    ref = {"theta": jnp.asarray(theta_star, dtype=jnp.float32)}
+    inner = NUTS(model, init_strategy=init_to_value(values=ref), target_accept_prob=0.8)
+    kernel = HMCECS(inner, num_blocks=args.numpyro_blocks, proxy=HMCECS.taylor_proxy(ref))
+    mcmc = MCMC(kernel, num_warmup=args.n_warmup, num_samples=args.n_draws, num_chains=1,
+                progress_bar=False)
+    start = time.perf_counter()
+    mcmc.run(jax.random.PRNGKey(args.seed), Xd, yd)
+    draws = np.asarray(mcmc.get_samples()["theta"])
+    draws.sum()  # block until ready
+    seconds = time.perf_counter() - start
+    return draws.astype(np.float64), seconds, float(sum(compile_s))
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--n", type=int, default=1_000_000)
+    parser.add_argument("--n-warmup", type=int, default=1000)
+    parser.add_argument("--n-draws", type=int, default=1000)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--numpyro-m", type=int, default=1300)
+    parser.add_argument("--numpyro-blocks", type=int, default=100)
+    parser.add_argument("--skip-numpyro", action="store_true")
+    args = parser.parse_args(argv)
+    X, y, _ = make_higgs_like(n_samples=args.n, random_state=args.seed)
+    # Warm the import and the worker pool outside the timing.
+    Xw, yw, _ = make_higgs_like(n_samples=3000, n_features=3, random_state=1)
+    fit_ours(Xw, yw, argparse.Namespace(n_warmup=20, n_draws=20, seed=0))
+    ours, t_ours, info = fit_ours(X, y, args)
+    ess = np.atleast_1d(ess_bulk(ours[None]))
+    row = {"method": "ours", "n": args.n, "seconds": round(t_ours, 3),
+           "min_ess": round(float(ess.min()), 1), "median_ess": round(float(np.median(ess)), 1),
+           "min_ess_per_s": round(float(ess.min()) / t_ours, 2), **info}
+    print(json.dumps(row), flush=True)
+    if args.skip_numpyro:
+        return
+    theta_star = posterior_mode(X, y)
+    theirs, t_np, t_compile = fit_numpyro(X, y, theta_star, args)
+    ess_np = np.atleast_1d(ess_bulk(theirs[None]))
+    excl = t_np - t_compile
+    print(json.dumps({"method": "numpyro_hmcecs_nuts", "n": args.n, "seconds": round(t_np, 3),
+                      "compile_seconds": round(t_compile, 3),
+                      "seconds_excluding_compile": round(excl, 3),
+                      "min_ess": round(float(ess_np.min()), 1),
+                      "median_ess": round(float(np.median(ess_np)), 1),
+                      "min_ess_per_s": round(float(ess_np.min()) / t_np, 3),
+                      "min_ess_per_s_excluding_compile": round(float(ess_np.min()) / excl, 3),
+                      "subsample_size": args.numpyro_m}), flush=True)
+    dmean = np.abs(ours.mean(0) - theirs.mean(0)) / theirs.std(0)
+    ours_rate = float(ess.min()) / t_ours
+    print(json.dumps({
+        "ratio": "ours / numpyro", "n": args.n,
+        "min_ess_per_s_including_compile": round(ours_rate / (float(ess_np.min()) / t_np), 1),
+        "min_ess_per_s_excluding_compile": round(ours_rate / (float(ess_np.min()) / excl), 1),
+        "max_abs_mean_diff_over_sd": round(float(dmean.max()), 4),
+        "median_abs_mean_diff_over_sd": round(float(np.median(dmean)), 4),
+        "sd_ratio_range": [round(float(v), 3) for v in (
+            (ours.std(0) / theirs.std(0)).min(), (ours.std(0) / theirs.std(0)).max())],
+    }), flush=True)
+
+
+if __name__ == "__main__":
+    main()

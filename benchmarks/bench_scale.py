@@ -1,0 +1,310 @@
+"""Cost of an HMC-ECS fit against the data size, from 10^5 to 10^8 rows.
+
+For each ``--n`` (default 10^5, 10^6, 10^7; add 10^8 explicitly), HIGGS-like
+logistic data (:func:`bayesian_subsample.datasets.make_higgs_like`'s recipe:
+29 correlated float32 features, known coefficients) are fitted by
+``BayesianLogisticRegression(sampler="hmc_ecs")`` and one JSON line is
+printed with:
+
+* ``fit_s``: the whole ``fit``; ``validation_s``: input validation
+  (``validate_data``, in the parent); ``setup_s`` and ``setup_passes``: the
+  parent's set-up (theta*, control-variate sums, mass matrix, pilot for m)
+  and the number of full passes it made; ``warmup_s`` and ``sampling_s``
+  summed over the chains; ``rows_read_over_n``: every per-observation
+  evaluation of the fit (set-up, warm-up with its theta* refinement passes,
+  sampling) divided by ``n``, i.e. the fit's cost in full passes;
+* ``read_s``: one plain sequential read of ``X`` (a chunked sum over the rows,
+  from the page cache or disk for a memmap, from RAM otherwise), the unit a
+  fit over tall data is measured in;
+* ``ms_per_iteration``: sampling seconds per post-warm-up iteration per
+  chain, and, timed side by side in this process with one BLAS thread,
+  ``kernel_ms``: the library's ``hmc_ecs.step`` at the fit's ``m``, ``L`` and
+  step size, and ``floor_ms``: the numpy floor of the same work
+  (``benchmarks/bench_iteration.py``), with their ``ratio``;
+* ``min_ess``, ``min_ess_per_s`` (bulk ESS of the 30 coefficients over
+  ``fit_s``), the largest ``|posterior mean - true value| / posterior sd``,
+  and the peak anonymous resident memory (``RssAnon``) of the parent and of
+  each worker process during the fit.
+
+Rows above ``--memmap-above`` (default 5 x 10^7) are written chunk by chunk
+to a float32 memmap under ``--tmpdir`` (10^8 x 29 float32 is 11.6 GB) and the
+file is deleted afterwards; smaller sizes are float32 arrays in memory.
+
+    python benchmarks/bench_scale.py                          # 1e5, 1e6, 1e7 (~10 min)
+    python benchmarks/bench_scale.py --n 100000000 --n-warmup 300 --n-draws 500
+    python benchmarks/bench_scale.py --plot doc/_static/bench_scale.png \\
+        --from-results benchmarks/results/scale.jsonl        # the figure in the docs
+"""
+
+import argparse
+import functools
+import json
+import os
+import sys
+import threading
+import time
+import warnings
+
+import numpy as np
+from scipy.special import expit
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+
+def make_data(n, seed, path=None, n_features=29, chunk=262_144):
+    """HIGGS-like data as :func:`make_higgs_like` draws them, into RAM or a float32 memmap."""
+    rng = np.random.default_rng(seed)
+    coef = rng.normal(0.0, 0.5, n_features)
+    lags = np.abs(np.subtract.outer(np.arange(n_features), np.arange(n_features)))
+    chol = np.linalg.cholesky(0.5**lags)
+    if path is None:
+        X = np.empty((n, n_features), dtype=np.float32)
+    else:
+        X = np.lib.format.open_memmap(path, mode="w+", dtype=np.float32,
+                                      shape=(n, n_features))
+    y = np.empty(n, dtype=np.int8)
+    for start in range(0, n, chunk):
+        stop = min(start + chunk, n)
+        z = rng.standard_normal((stop - start, n_features)) @ chol.T
+        X[start:stop] = z
+        y[start:stop] = rng.random(stop - start) < expit(z @ coef)
+    if path is not None:
+        X.flush()
+        del X
+        X = np.load(path, mmap_mode="r")
+    return X, y, coef
+
+
+def sequential_read(X, chunk=262_144):
+    """Seconds for one chunked pass that touches every element of ``X`` once."""
+    start = time.perf_counter()
+    acc = np.zeros(X.shape[1])
+    for lo in range(0, X.shape[0], chunk):
+        acc += np.add.reduce(X[lo:lo + chunk], axis=0, dtype=np.float64)
+    return time.perf_counter() - start
+
+
+def _rss_anon_kb(pid):
+    try:
+        with open(f"/proc/{pid}/status") as fh:
+            for line in fh:
+                if line.startswith("RssAnon:"):
+                    return int(line.split()[1])
+    except OSError:
+        return None
+    return None
+
+
+class MemoryWatch:
+    """Peak ``RssAnon`` of this process and its descendants, sampled every 0.2 s."""
+
+    def __init__(self):
+        self.peak = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self):
+        import psutil
+
+        me = psutil.Process()
+        while not self._stop.is_set():
+            for proc in [me] + me.children(recursive=True):
+                kb = _rss_anon_kb(proc.pid)
+                if kb is not None:
+                    key = "parent" if proc.pid == me.pid else f"child_{proc.pid}"
+                    self.peak[key] = max(self.peak.get(key, 0), kb)
+            self._stop.wait(0.2)
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+
+    def summary_mb(self):
+        return {k: round(v / 1024, 1) for k, v in sorted(self.peak.items())}
+
+
+class Timers:
+    """Wall time and call counts of validation, the parent's set-up and its passes."""
+
+    def __init__(self):
+        from bayesian_subsample.estimators import _glm_base
+        from bayesian_subsample.models._glm import GLM
+        from bayesian_subsample.samplers._hmc_family import _HMCFamily
+
+        self.seconds = {"validation": 0.0, "setup": 0.0}
+        self.passes = 0
+        self._patches = [(_glm_base, "validate_data"), (_HMCFamily, "prepare"),
+                         (GLM, "map_chunks")]
+        self._orig = [getattr(obj, name) for obj, name in self._patches]
+        _glm_base.validate_data = self._timed(_glm_base.validate_data, "validation")
+        _HMCFamily.prepare = self._timed(_HMCFamily.prepare, "setup")
+        orig_map = GLM.map_chunks
+        timers = self
+
+        @functools.wraps(orig_map)
+        def counted(model, *args, **kwargs):
+            if model.n_obs > 1_000_000 or len(list(model.chunks())) > 1:
+                timers.passes += 1
+            return orig_map(model, *args, **kwargs)
+
+        GLM.map_chunks = counted
+
+    def _timed(self, fn, key):
+        @functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            start = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                self.seconds[key] += time.perf_counter() - start
+        return wrapper
+
+    def restore(self):
+        for (obj, name), orig in zip(self._patches, self._orig):
+            setattr(obj, name, orig)
+
+
+def run_size(n, args):
+    from threadpoolctl import threadpool_limits
+
+    from bayesian_subsample import BayesianLogisticRegression
+    from bayesian_subsample.diagnostics import ess_bulk
+    from bench_iteration import Floor, time_pair
+
+    path = None
+    if n > args.memmap_above:
+        path = os.path.join(args.tmpdir, f"bench_scale_X_{n}.npy")
+    t0 = time.perf_counter()
+    X, y, coef = make_data(n, args.seed, path)
+    gen_s = time.perf_counter() - t0
+    try:
+        read_s = sequential_read(X)
+        est = BayesianLogisticRegression(sampler="hmc_ecs", n_chains=args.n_chains,
+                                         n_warmup=args.n_warmup, n_draws=args.n_draws,
+                                         n_jobs=args.n_jobs, random_state=args.seed)
+        timers = Timers()
+        try:
+            with MemoryWatch() as mem, warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                start = time.perf_counter()
+                est.fit(X, y)
+                fit_s = time.perf_counter() - start
+        finally:
+            timers.restore()
+        draws = est._all_draws()
+        ess = np.atleast_1d(ess_bulk(draws))
+        truth = np.concatenate([[0.0], coef])
+        mean, sd = draws.mean(axis=(0, 1)), draws.std(axis=(0, 1))
+        n_iter = args.n_chains * args.n_draws
+        row = {
+            "n": n, "memmap": path is not None, "dtype": str(X.dtype),
+            "n_chains": args.n_chains, "n_warmup": args.n_warmup, "n_draws": args.n_draws,
+            "fit_s": round(fit_s, 3), "validation_s": round(timers.seconds["validation"], 3),
+            "setup_s": round(timers.seconds["setup"], 3), "setup_passes": timers.passes,
+            "warmup_s": round(est.wall_time_["warmup"], 3),
+            "sampling_s": round(est.wall_time_["sampling"], 3),
+            "rows_read_over_n": round(sum(est.evaluations_.values()) / n, 2),
+            "evaluations": est.evaluations_, "n_refinements": est.n_refinements_.tolist(),
+            "read_s": round(read_s, 3), "data_generation_s": round(gen_s, 1),
+            "subsample_size": est.subsample_size_.tolist(),
+            "n_integration_steps": est.n_integration_steps_.tolist(),
+            "ms_per_iteration": round(1e3 * est.wall_time_["sampling"] / n_iter, 4),
+            "min_ess": round(float(ess.min()), 1),
+            "min_ess_per_s": round(float(ess.min()) / fit_s, 2),
+            "max_abs_mean_minus_truth_over_sd": round(float(np.max(np.abs(mean - truth) / sd)),
+                                                       3),
+            "rss_anon_peak_mb": mem.summary_mb(),
+        }
+        if info := getattr(est, "sampler_info_", None):
+            row["sampler_info"] = [{k: v for k, v in d.items()
+                                    if isinstance(v, (int, float, str, bool, list, dict))}
+                                   for d in info]
+        # Kernel and floor side by side at this fit's m, L and step size.
+        with threadpool_limits(1):
+            from bayesian_subsample.likelihood._full import TallPosterior
+            from bayesian_subsample.models._glm import GLM, LogisticFamily
+            from bayesian_subsample.models._prior import GaussianPrior
+            from bayesian_subsample.samplers.metric import metric_from_mass_matrix
+
+            model = GLM(X, np.asarray(y, dtype=np.float64), LogisticFamily())
+            posterior = TallPosterior(model, GaussianPrior(np.full(model.dim, 10.0)))
+            theta_star = est.reference_point_[0]
+            expansion = posterior.expand(theta_star, 2)
+            m, L = int(est.subsample_size_[0]), int(est.n_integration_steps_[0])
+            kernel_est = posterior.difference_estimator(expansion, m, 100)
+            metric = metric_from_mass_matrix(expansion.neg_hessian, dense=False)
+            floor = Floor(X, y, expansion, posterior.prior.precision,
+                          kernel_est.subsample_size, kernel_est.n_blocks,
+                          np.random.default_rng(3))
+            kern, flo = time_pair(kernel_est, floor, theta_star, metric,
+                                  float(est.step_size_[0]), L, args.n_iter, args.repeats)
+        row.update(kernel_ms=round(kern, 4), floor_ms=round(flo, 4),
+                   ratio=round(kern / flo, 3))
+        print(json.dumps(row), flush=True)
+    finally:
+        del X
+        if path is not None and os.path.exists(path):
+            os.remove(path)
+
+
+def plot(rows, path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = sorted(rows, key=lambda r: r["n"])
+    n = np.array([r["n"] for r in rows], dtype=float)
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 4))
+    for key, label in [("fit_s", "whole fit"), ("read_s", "one sequential read of X"),
+                       ("setup_s", "set-up (parent)"), ("validation_s", "input validation"),
+                       ("sampling_s", "sampling (all chains)")]:
+        ax1.loglog(n, [max(r[key], 1e-3) for r in rows], "o-", label=label)
+    ax1.set_xlabel("rows n")
+    ax1.set_ylabel("seconds")
+    ax1.set_title("HMC-ECS fit, 2 chains, 30 coefficients")
+    ax1.legend(fontsize=8)
+    ax2.semilogx(n, [r["ms_per_iteration"] for r in rows], "o-", label="fit: sampling / iteration")
+    ax2.semilogx(n, [r["kernel_ms"] for r in rows], "s-", label="kernel (side by side)")
+    ax2.semilogx(n, [r["floor_ms"] for r in rows], "^--", label="numpy floor")
+    ax2.set_ylim(bottom=0)
+    ax2.set_xlabel("rows n")
+    ax2.set_ylabel("ms per iteration")
+    ax2.set_title("cost per iteration is flat in n")
+    ax2.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--n", type=int, nargs="+", default=[100_000, 1_000_000, 10_000_000])
+    parser.add_argument("--n-chains", type=int, default=2)
+    parser.add_argument("--n-warmup", type=int, default=300)
+    parser.add_argument("--n-draws", type=int, default=500)
+    parser.add_argument("--n-jobs", type=int, default=2)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--memmap-above", type=int, default=50_000_000)
+    parser.add_argument("--tmpdir", default="/tmp")
+    parser.add_argument("--n-iter", type=int, default=300,
+                        help="iterations per timing round of the kernel and the floor")
+    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--plot", default=None, help="save the cost-against-n figure here")
+    parser.add_argument("--from-results", default=None,
+                        help="plot these JSON lines instead of running")
+    args = parser.parse_args(argv)
+    if args.from_results:
+        with open(args.from_results) as fh:
+            rows = [json.loads(line) for line in fh if line.strip()]
+        plot([r for r in rows if "fit_s" in r], args.plot)
+        return
+    for n in args.n:
+        run_size(n, args)
+
+
+if __name__ == "__main__":
+    main()
