@@ -15,7 +15,7 @@ from sklearn.preprocessing import StandardScaler
 from bayesian_subsample import HMC, HMCECS, BayesianLogisticRegression
 from bayesian_subsample.datasets import make_higgs_like
 from bayesian_subsample.diagnostics import mcse_mean
-from bayesian_subsample.estimators import _engine, _logistic
+from bayesian_subsample.estimators import _engine, _predictive
 
 FAST = dict(n_chains=2, n_warmup=100, n_draws=100, random_state=0)
 
@@ -58,7 +58,7 @@ def test_predict_proba_is_the_posterior_mean_probability(data, monkeypatch):
     W = clf.coef_draws_.reshape(-1, 4)
     b = clf.intercept_draws_.reshape(-1)
     direct = (1 / (1 + np.exp(-(X[:300] @ W.T + b)))).mean(1)
-    monkeypatch.setattr(_logistic, "_PREDICT_BLOCK", 1000)  # many small row blocks
+    monkeypatch.setattr(_predictive, "_BLOCK", 1000)  # many small row blocks
     np.testing.assert_allclose(clf.predict_proba(X[:300])[:, 1], direct, rtol=1e-12)
     np.testing.assert_allclose(clf.predict_log_proba(X[:300])[:, 1], np.log(direct),
                                rtol=1e-10)

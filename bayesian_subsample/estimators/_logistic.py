@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
-from scipy.special import expit, logsumexp
+from scipy.special import logsumexp
 from sklearn.base import ClassifierMixin
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted
@@ -20,8 +20,6 @@ from ._predictive import ClassifierPredictiveMixin
 
 __all__ = ["BayesianLogisticRegression"]
 
-#: Upper bound on the size of one (rows x draws) block in prediction, in floats.
-_PREDICT_BLOCK = 1 << 22
 #: The binary family (stateless, shared).
 _LOGISTIC = LogisticFamily()
 
@@ -297,58 +295,51 @@ class BayesianLogisticRegression(ClassifierMixin, ClassifierPredictiveMixin, _GL
         """``log E[softmax(b + W x)]`` over the draws, (rows, K), in row blocks.
 
         Per draw the log-softmax is computed stably (max-shifted), then
-        averaged over draws by log-sum-exp; signed fits average the
-        probabilities with the sign weights (eq. 5.3), clipped to [0, 1].
+        averaged over draws by log-sum-exp; signed fits take the family's
+        sign-weighted mixture (eq. 5.3), clipped to [0, 1] and renormalised.
         """
-        K = len(self.classes_)
-        W = self.coef_draws_.reshape(-1, K, self.coef_draws_.shape[-1])
-        b = self.intercept_draws_.reshape(-1, K)
-        n_draws = W.shape[0]
+        family = self._predictive_family
         weights = self._draw_weights()
-        rows = max(1, _PREDICT_BLOCK // max(n_draws * K, 1))
-        out = np.empty((X.shape[0], K))
-        for start in range(0, X.shape[0], rows):
-            sl = slice(start, min(start + rows, X.shape[0]))
-            eta = np.einsum("nf,skf->nsk", self._design_chunk(X[sl]), W) + b
-            logp = softmax_log_proba(eta)
+        log_s = np.log(self._n_draws_total())
+        out = np.empty((X.shape[0], len(self.classes_)))
+        for sl, eta in self._eta_blocks(X, self._draw_arrays()):
             if weights is not None:
-                p = np.clip(np.einsum("nsk,s->nk", np.exp(logp), weights), 0.0, 1.0)
-                p /= p.sum(axis=1, keepdims=True)
                 with np.errstate(divide="ignore"):
-                    out[sl] = np.log(p)
+                    out[sl] = np.log(family.predictive_mean(eta, weights))
                 continue
-            lp = logsumexp(logp, axis=1) - np.log(n_draws)
+            lp = logsumexp(softmax_log_proba(eta), axis=1) - log_s
             # Renormalise exactly (rounding only).
             out[sl] = lp - logsumexp(lp, axis=1, keepdims=True)
         return out
 
     def _log_proba_blocks(self, X):
-        """Yield (slice, log p0, log p1) over row blocks, averaging over draws."""
-        W = self.coef_draws_.reshape(-1, self.coef_draws_.shape[-1])
-        b = self.intercept_draws_.reshape(-1)
-        n_draws = W.shape[0]
+        """Yield (slice, log p0, log p1) over row blocks, averaging over draws.
+
+        Two classes, asked of the family: unsigned draws give
+        ``log mean_s p(y = c | eta_s)`` by log-sum-exp of the family's
+        ``log_prob`` (stable for any ``eta``); signed draws the log of its
+        sign-weighted mixture mean (eq. 5.3), clipped to [0, 1].
+        """
+        family = self._predictive_family
         weights = self._draw_weights()
-        rows = max(1, _PREDICT_BLOCK // max(n_draws, 1))
-        log_s = np.log(n_draws)
-        for start in range(0, X.shape[0], rows):
-            sl = slice(start, min(start + rows, X.shape[0]))
-            eta = self._design_chunk(X[sl]) @ W.T + b
+        log_s = np.log(self._n_draws_total())
+        for sl, eta in self._eta_blocks(X, self._draw_arrays()):
             if weights is not None:
-                p1 = np.clip(expit(eta) @ weights, 0.0, 1.0)
+                p1 = family.predictive_mean(eta, weights)
                 with np.errstate(divide="ignore"):
                     yield sl, np.log1p(-p1), np.log(p1)
                 continue
-            # log sigmoid(eta) = -softplus(-eta); log(1 - sigmoid) = -softplus(eta)
-            lp1 = logsumexp(-np.logaddexp(0.0, -eta), axis=1) - log_s
-            lp0 = logsumexp(-np.logaddexp(0.0, eta), axis=1) - log_s
+            ones = np.ones(eta.shape[0])
+            lp1 = logsumexp(family.log_prob(ones, eta), axis=1) - log_s
+            lp0 = logsumexp(family.log_prob(0.0 * ones, eta), axis=1) - log_s
             yield sl, lp0, lp1
 
     def predict_proba(self, X, return_std=False):
         """Posterior predictive class probabilities.
 
-        The mean of ``sigmoid(b + x^T w)`` over all stored draws, computed in
-        row blocks so that (rows x draws) never exceeds about 4 million numbers
-        (32 MB) at once.  For signed HMC-ECS it is the sign-weighted ratio
+        The mean of ``sigmoid(b + x^T w)`` over all stored draws (the
+        family's mixture mean), computed in row blocks so that (rows x draws)
+        never exceeds about 4 million numbers (32 MB) at once.  For signed HMC-ECS it is the sign-weighted ratio
         estimator of eq. (5.3), clipped to [0, 1].
 
         Parameters
@@ -374,16 +365,11 @@ class BayesianLogisticRegression(ClassifierMixin, ClassifierPredictiveMixin, _GL
         if self._multiclass:
             proba = np.exp(self._multiclass_log_proba(X))
             return proba / proba.sum(axis=1, keepdims=True)
-        W = self.coef_draws_.reshape(-1, self.coef_draws_.shape[-1])
-        b = self.intercept_draws_.reshape(-1)
-        weights = self._draw_weights()
-        if weights is None:
-            weights = np.full(W.shape[0], 1.0 / W.shape[0])
-        rows = max(1, _PREDICT_BLOCK // W.shape[0])
+        family = self._predictive_family
+        weights = self._mixture_weights()
         out = np.empty((X.shape[0], 2))
-        for start in range(0, X.shape[0], rows):
-            sl = slice(start, min(start + rows, X.shape[0]))
-            p1 = np.clip(expit(self._design_chunk(X[sl]) @ W.T + b) @ weights, 0, 1)
+        for sl, eta in self._eta_blocks(X, self._draw_arrays()):
+            p1 = family.predictive_mean(eta, weights)
             out[sl, 1] = p1
             out[sl, 0] = 1.0 - p1
         return out

@@ -14,7 +14,6 @@ from __future__ import annotations
 import numbers
 
 import numpy as np
-from scipy.special import expit
 from sklearn.preprocessing import SplineTransformer
 from sklearn.utils import Bunch
 from sklearn.utils.validation import check_is_fitted, validate_data
@@ -406,11 +405,13 @@ keep_partial_draws
             Wj = W[:, cols]
             f_grid = self.basis_.feature_transform(grid, j) @ Wj.T          # (grid, draws)
             acc = np.zeros((n_draws, n_grid))
+            family = self._predictive_family
             rows = max(1, _PD_BLOCK // max(1, n_draws * n_grid))
             for start in range(0, Xr.shape[0], rows):
                 Z = self.basis_.transform(Xr[start:start + rows])
                 eta_rest = Z @ W.T + b - Z[:, cols] @ Wj.T                   # (rows, draws)
-                acc += expit(eta_rest[:, :, None] + f_grid.T[None, :, :]).sum(axis=0)
+                eta = eta_rest[:, :, None] + f_grid.T[None, :, :]
+                acc += family.inverse_link(eta).sum(axis=0)
             pd_draws = acc / Xr.shape[0]
 
         signs = self._signs()
