@@ -39,7 +39,8 @@ differ by a factor of about 100, see above).
 
 Every method runs single-threaded BLAS; ``--jobs J`` runs J methods at a time
 in worker processes (one run of the script for all four on 2 cores), each
-worker appending its JSON lines to ``--out``.  ``--max-minutes`` stops a
+worker appending its JSON lines to ``--out``; tuning trials already in
+``--out`` (same grid value and ``--tune-passes``) are reused, not repeated.  ``--max-minutes`` stops a
 method early and the curves so far are kept (the JSON says how many passes
 were done).
 
@@ -226,8 +227,21 @@ def run_method(args, method, eta, grid):
         return rec
 
     if grid:
-        trials = []
+        # Trials of an earlier, interrupted run of the same grid (same tuning
+        # budget and seed) are not repeated.
+        trials, done = [], set()
+        if args.out:
+            with open(args.out) as fh:
+                for line in fh:
+                    rec = json.loads(line)
+                    if (rec.get("tune") and rec["method"] == method
+                            and rec["passes_requested"] == args.tune_passes
+                            and rec["learning_rate"] in grid):
+                        trials.append((rec["val_error"], rec["learning_rate"]))
+                        done.add(rec["learning_rate"])
         for value in grid:
+            if value in done:
+                continue
             rec = run(value, args.tune_passes, args.tune_passes // 4, False)
             print(json.dumps({"tune": True, **rec}), file=out, flush=True)
             trials.append((rec["val_error"], value))
