@@ -119,3 +119,75 @@ def test_divergent_chain_is_stopped_counted_and_warned():
     assert clf.n_diverged_chains_ >= 1
     assert 0 < clf.n_networks_ < 80
     assert np.all(np.isfinite(clf.predict_proba(X)))
+
+
+def _class_frequency_z(freq, p, n_samples):
+    """Largest |frequency - probability| in binomial standard errors."""
+    se = np.sqrt(np.clip(p * (1 - p), 1e-12, None) / n_samples)
+    return float(np.max(np.abs(freq - p) / se))
+
+
+def test_classifier_sample_y_frequencies_match_predict_proba():
+    # Every column picks a kept network at random and draws each row's label
+    # from it, so the class frequencies over N columns estimate
+    # predict_proba (the mean over networks) with binomial standard errors.
+    # 40 rows x 3 classes at 4.5 SE: a false failure has probability < 1e-3.
+    X, y = _classification()
+    clf = BayesianMLPClassifier((6,), n_warmup=5, n_draws=10, n_networks_kept=5,
+                                batch_size=50, random_state=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        clf.fit(X[:200], y[:200])
+    Xt = X[200:240]
+    N = 4000
+    draws = clf.sample_y(Xt, n_samples=N, random_state=1)
+    assert draws.shape == (40, N) and set(np.unique(draws)) <= set(clf.classes_)
+    assert np.array_equal(draws, clf.sample_y(Xt, n_samples=N, random_state=1))
+    p = clf.predict_proba(Xt)
+    freq = np.stack([(draws == c).mean(axis=1) for c in clf.classes_], axis=1)
+    assert _class_frequency_z(freq, p, N) <= 4.5
+    # Negative control: labels drawn from one network only (no averaging
+    # over the posterior) do not reproduce the predictive.
+    one = clf.network_.predict_output(clf._networks()[0], Xt)
+    e = np.exp(one - one.max(axis=1, keepdims=True))
+    p_one = e / e.sum(axis=1, keepdims=True)
+    assert _class_frequency_z(p_one, p, N) > 4.5
+
+
+def test_binary_sample_y_and_regressor_sample_y_match_the_predictive():
+    X, y = _classification(2)
+    clf = BayesianMLPClassifier((4,), n_warmup=3, n_draws=6, random_state=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        clf.fit(X, np.array(["no", "yes"])[y])
+    N = 4000
+    draws = clf.sample_y(X[:30], n_samples=N, random_state=2)
+    p = clf.predict_proba(X[:30])[:, 1]
+    assert _class_frequency_z((draws == "yes").mean(axis=1), p, N) <= 4.5
+
+    Xr, yr = make_regression(300, 4, noise=5.0, random_state=0)
+    Xr = StandardScaler().fit_transform(Xr)
+    reg = BayesianMLPRegressor((6,), n_warmup=10, n_draws=10, n_networks_kept=5,
+                               random_state=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        reg.fit(Xr, yr)
+    samples = reg.sample_y(Xr[:20], n_samples=N, random_state=3)
+    mean, sd = reg.predict(Xr[:20], return_std=True)
+    assert samples.shape == (20, N)
+    # Mean within 4 standard errors; the sd within 4 of its own standard
+    # errors (sd / sqrt(2N) for a near-normal mixture).
+    assert np.all(np.abs(samples.mean(axis=1) - mean) <= 4 * sd / np.sqrt(N))
+    assert np.all(np.abs(samples.std(axis=1) - sd) <= 4 * sd / np.sqrt(2 * N))
+    # Negative control: draws without the observation noise (the spread of
+    # the networks' means only) fail the same sd check.
+    f = reg._outputs_mean(Xr[:20], lambda z: z)[:, 0]
+    f2 = reg._outputs_mean(Xr[:20], lambda z: z * z)[:, 0]
+    sd_networks_only = np.sqrt(np.maximum(f2 - f * f, 0)) * reg.y_scale_[0]
+    assert np.all(np.abs(sd_networks_only - sd) > 4 * sd / np.sqrt(2 * N))
+    two = np.column_stack([yr[:50], 2 * yr[:50]])
+    reg2 = BayesianMLPRegressor((4,), n_warmup=3, n_draws=4, random_state=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        reg2.fit(Xr[:50], two)
+    assert reg2.sample_y(Xr[:7], n_samples=3, random_state=0).shape == (7, 2, 3)

@@ -26,6 +26,7 @@ library's SBPS driver is built on a GLM curvature bound.
 
 from __future__ import annotations
 
+import math
 import numbers
 import warnings
 
@@ -41,6 +42,7 @@ from ..likelihood._model_target import HierarchicalPosterior
 from ..models._mlp import ACTIVATIONS, MLP, MLPModel
 from ..samplers._sg_model import METHODS, ModelSG
 from ._base import SampledModelMixin, _check_int, check_sg_options
+from ._predictive import _check_n_samples, _rng
 
 __all__ = ["BayesianMLPClassifier", "BayesianMLPRegressor"]
 
@@ -186,10 +188,49 @@ class _BayesianMLP(SampledModelMixin, BaseEstimator):
             out = block if out is None else np.concatenate([out, block])
         return out
 
+    def _sample_columns(self, X, n_samples, random_state, draw_block):
+        """Posterior-predictive draws, one stored network per column.
+
+        Column ``j`` picks a kept network ``s_j`` uniformly at random and
+        fills every row with ``draw_block(rng, f(X; theta_{s_j}), s_j)``, so
+        a column is a joint draw over rows.  Each chosen network's outputs
+        are computed once for all the columns that use it, by row blocks.
+        """
+        check_is_fitted(self, "network_draws_")
+        n_samples = _check_n_samples(n_samples)
+        rng = _rng(random_state)
+        thetas = self._networks()
+        pick = rng.integers(0, len(thetas), n_samples) if isinstance(
+            rng, np.random.Generator) else rng.randint(0, len(thetas), n_samples)
+        out = None
+        for s in np.unique(pick):
+            cols = np.flatnonzero(pick == s)
+            for start in range(0, X.shape[0], _PREDICT_ROWS):
+                Xb = X[start:start + _PREDICT_ROWS]
+                z = self.network_.predict_output(thetas[s], Xb).astype(np.float64)
+                block = draw_block(rng, z, s, len(cols))
+                if out is None:
+                    out = np.empty((X.shape[0],) + block.shape[1:-1] + (n_samples,),
+                                   dtype=block.dtype)
+                out[start:start + len(Xb), ..., cols] = block
+        if out is None:
+            out = np.empty((0, n_samples))
+        return out
+
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
         tags.non_deterministic = False
         return tags
+
+
+def _uniform(rng, shape):
+    return rng.random(shape) if isinstance(rng, np.random.Generator) else rng.random_sample(
+        shape)
+
+
+def _normal(rng, shape):
+    return (rng.standard_normal(shape) if isinstance(rng, np.random.Generator)
+            else rng.standard_normal(shape))
 
 
 def _softmax(z):
@@ -315,6 +356,43 @@ class BayesianMLPClassifier(ClassifierMixin, _BayesianMLP):
     def predict_log_proba(self, X):
         return np.log(self.predict_proba(X))
 
+    def sample_y(self, X, n_samples=1, random_state=None):
+        """Draw class labels from the posterior predictive.
+
+        Column ``j`` picks one kept network ``theta_j`` at random and draws
+        every row's label from ``p(y | x, theta_j)`` (softmax or sigmoid
+        output), so a column is a joint draw over rows and the frequency of
+        class ``k`` over many columns tends to ``predict_proba[:, k]``.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples_X, n_features)
+        n_samples : int, default=1
+            Number of draws per row.
+        random_state : int, RandomState, Generator or None, default=None
+            Seeds the choice of networks and the label noise.
+
+        Returns
+        -------
+        ndarray of shape (n_samples_X, n_samples)
+            Labels from ``classes_``.
+        """
+        check_is_fitted(self, "network_draws_")
+        X = validate_data(self, X, reset=False, dtype=[np.float64, np.float32])
+        binary = len(self.classes_) == 2
+
+        def draw(rng, z, s, n_cols):
+            u = _uniform(rng, (len(z), n_cols))
+            if binary:
+                return (u < expit(z[:, :1])).astype(np.intp)
+            # Inverse CDF of each row's categorical: the number of classes
+            # whose cumulative probability is below u.
+            cdf = np.cumsum(_softmax(z), axis=1)
+            codes = (cdf[:, None, :-1] < u[:, :, None]).sum(axis=2)
+            return codes
+
+        return self.classes_[self._sample_columns(X, n_samples, random_state, draw)]
+
     def predict(self, X):
         """The class of highest posterior predictive probability."""
         proba = self.predict_proba(X)
@@ -377,3 +455,36 @@ class BayesianMLPRegressor(RegressorMixin, _BayesianMLP):
             if return_std:
                 sd = sd[:, 0]
         return (out, sd) if return_std else out
+
+    def sample_y(self, X, n_samples=1, random_state=None):
+        """Draw targets from the posterior predictive.
+
+        Column ``j`` picks one kept network ``theta_j`` (with its noise
+        precision ``tau_j``) at random and draws every row's target from
+        ``N(f(x; theta_j), 1 / tau_j)`` on the original scale, so a column is
+        a joint draw over rows; the mean and sd over many columns tend to
+        ``predict(X, return_std=True)``.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples_X, n_features)
+        n_samples : int, default=1
+        random_state : int, RandomState, Generator or None, default=None
+
+        Returns
+        -------
+        ndarray of shape (n_samples_X, n_samples), or (n_samples_X,
+        n_targets, n_samples) for a multi-output fit (as scikit-learn's
+        ``GaussianProcessRegressor.sample_y``).
+        """
+        check_is_fitted(self, "network_draws_")
+        X = validate_data(self, X, reset=False, dtype=[np.float64, np.float32])
+        tau = self.noise_precision_draws_[self.network_valid_]
+
+        def draw(rng, z, s, n_cols):
+            noise = _normal(rng, z.shape + (n_cols,)) / math.sqrt(tau[s])
+            return (self.y_mean_[:, None] + (z[:, :, None] + noise)
+                    * self.y_scale_[:, None])
+
+        out = self._sample_columns(X, n_samples, random_state, draw)
+        return out[:, 0, :] if self._y_1d else out
