@@ -40,6 +40,23 @@ def test_gradient_matches_finite_differences(output, k, activation, hidden):
     assert grad.dtype == np.float64
 
 
+@pytest.mark.parametrize("output,k", [("softmax", 3), ("sigmoid", 1), ("gaussian", 2)])
+@pytest.mark.parametrize("hidden", [(), (5,), (4, 3)])
+def test_gradient_moments_are_sums_over_per_row_gradients(output, k, hidden):
+    rng = np.random.default_rng(1)
+    net = MLP(4, hidden, k, "tanh", output)
+    X = rng.normal(size=(11, 4))
+    y = _data(output, 11, rng)
+    theta = rng.normal(size=net.dim)
+    rows = np.array([net.loglik_and_grad(theta, X[i:i + 1], y[i:i + 1], 1.7)[1]
+                     for i in range(11)])
+    s1, s2 = net.gradient_moments(theta, X, y, 1.7)
+    assert np.allclose(s1, rows.sum(axis=0), rtol=1e-10, atol=1e-12)
+    assert np.allclose(s2, (rows ** 2).sum(axis=0), rtol=1e-10, atol=1e-12)
+    # Negative control: the square of the sum is not the sum of squares.
+    assert not np.allclose(s2, rows.sum(axis=0) ** 2, rtol=1e-3)
+
+
 def test_float32_inputs_stay_float32_and_agree():
     rng = np.random.default_rng(1)
     net = MLP(6, (8,), 3, "tanh", "softmax")

@@ -16,12 +16,14 @@ predictive), in blocks of rows.  Network weights are not identifiable
 (hidden units permute), so convergence is assessed on the per-layer prior
 precisions (and the noise precision), which are.
 
-SBPS / pSBPS are not offered: their thinning bound needs either a global
-curvature bound (none exists for a network with a softmax or Gaussian output
-through saturating or piecewise-linear units; the bound of Pakman et al.,
-2017, §4 is for GLMs) or the local regression bound of their §5, which
-Pakman et al. use in §7.3 only with a hand-tuned bound inflation; the
-library's SBPS driver is built on a GLM curvature bound.
+SBPS / pSBPS are not offered.  Their thinning intensity is the upper band
+of a local linear regression of the noisy bounce rate (Pakman et al., 2017,
+§4, eqs. 9-13), whose noise variance (eq. 10) needs per-row directional
+derivatives (a forward-mode pass the row-model protocol does not provide),
+and whose slope prior and horizon the library's SBPS driver takes from the
+Hessian at a posterior mode, which a network does not have; exact-bound
+variants fail because the gradient is unbounded.  ``doc/neural_networks.rst``
+goes through the assumptions one by one.
 """
 
 from __future__ import annotations

@@ -201,6 +201,38 @@ class MLP:
                 delta *= _activation_slope(self.activation, acts[layer])
         return float(ll.sum()), grad
 
+    def gradient_moments(self, theta, X, y, noise_precision=1.0):
+        """Sums over rows of the per-row gradients and of their squares.
+
+        Returns ``(s1, s2)``, float64 arrays of shape (dim,):
+        ``s1 = sum_i grad_i`` and ``s2 = sum_i grad_i ** 2`` (elementwise),
+        with ``grad_i`` the gradient of ``log p(y_i | x_i, theta)``.  The
+        per-row gradient of a weight is an outer product of the layer's input
+        and its back-propagated error, ``a_i delta_i^T``, so its square sums
+        to ``(a^2)^T (delta^2)``: one extra pair of matrix products per
+        layer, never the (rows, dim) matrix of per-row gradients.  With
+        ``n`` rows, ``s2 / n - (s1 / n) ** 2`` is the per-coordinate
+        variance of the per-row gradients, the diagonal of the minibatch
+        gradient-noise covariance (Chen, Fox and Guestrin, 2014, eq. 5:
+        ``V(theta)``; with the ``n^2 / m`` scaling of a minibatch of ``m``).
+        """
+        layers = self.unpack(theta, self._dtype(X))
+        acts, z = self.forward(theta, X, layers)
+        _, delta = self.output_loglik(z, y, noise_precision)
+        s1, s2 = np.empty(self.dim), np.empty(self.dim)
+        for layer in range(self.n_layers - 1, -1, -1):
+            w, b = self.slices[layer]
+            fan_in, fan_out = self.layer_shapes[layer]
+            a = acts[layer]
+            s1[w].reshape(fan_in, fan_out)[...] = a.T @ delta
+            s2[w].reshape(fan_in, fan_out)[...] = (a * a).T @ (delta * delta)
+            s1[b] = delta.sum(axis=0, dtype=np.float64)
+            s2[b] = np.einsum("ij,ij->j", delta, delta, dtype=np.float64)
+            if layer:
+                delta = delta @ layers[layer][0].T
+                delta *= _activation_slope(self.activation, a)
+        return s1, s2
+
     def predict_output(self, theta, X):
         """Output pre-activation (logits or means), shape (n, n_outputs)."""
         return self.forward(theta, X)[1]
