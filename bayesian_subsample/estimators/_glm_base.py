@@ -25,6 +25,8 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 
 from ..likelihood import TallPosterior
 from ..models import GLM, GaussianPrior
+from ._dask import (as_float64, check_dask_sampler, is_dask_array, validate_dask_fit_data,
+                    wrap_fit_data)
 from ._base import SampledModelMixin, check_positive_float, check_sample_weight, resolve_sampler
 from ._export import ArviZExportMixin
 from ._validation import check_data_scale, check_prior_scale
@@ -46,6 +48,8 @@ class _GLMEstimator(SampledModelMixin, ArviZExportMixin, BaseEstimator):
     #: Regressors report ``coef_`` (n_features,) and a float ``intercept_``;
     #: classifiers ``coef_`` (n_outputs, n_features) and ``intercept_`` (n_outputs,).
     _flat_means = False
+    #: Whether ``fit`` takes a dask array ``X`` (``estimators/_dask.py``).
+    _supports_dask = True
 
     # The parameters every GLM estimator shares, stored verbatim (scikit-learn
     # reads them from this signature in the estimators that do not add any).
@@ -68,6 +72,8 @@ class _GLMEstimator(SampledModelMixin, ArviZExportMixin, BaseEstimator):
         self.keep_partial_draws = keep_partial_draws
 
     def _fit_impl(self, X, y, sample_weight=None, **fit_params):
+        if is_dask_array(X):
+            return self._fit_dask(X, y, sample_weight, **fit_params)
         # C order: the same values give the same draws whatever their memory
         # layout (no copy when X is already C-contiguous).
         X, y = validate_data(self, X, y, dtype=[np.float64, np.float32],
@@ -87,6 +93,41 @@ class _GLMEstimator(SampledModelMixin, ArviZExportMixin, BaseEstimator):
         if self.verbose:
             self._report()
         return self
+
+    def _fit_dask(self, X, y, sample_weight=None, **fit_params):
+        """``fit`` for a dask array ``X`` (``estimators/_dask.py``): validation as one
+        dask computation, full passes on the cluster, rows gathered ahead."""
+        if not self._supports_dask:
+            raise ValueError(
+                f"{type(self).__name__} does not take a dask array X; pass X.compute() (in "
+                "memory) or a numpy.memmap (dask.array.to_npy_stack), or use "
+                "BayesianLogisticRegression, BayesianPoissonRegressor or "
+                "BayesianLinearRegression, which fit dask arrays on the cluster.")
+        X, y, sample_weight, classes = validate_dask_fit_data(
+            self, X, y, sample_weight, self._y_numeric)
+        y, sample_weight, y_transform = self._prepare_dask_target(
+            X, y, sample_weight, classes, **fit_params)
+        self._check_hyperparameters()
+        self._check_sampling_params()
+        self.sampler_ = resolve_sampler(self.sampler, self.subsample_size)
+        self.sampler_.validate(X.shape[0])
+        check_dask_sampler(self.sampler_, X)
+        Xw, yw, ww = wrap_fit_data(X, y, sample_weight, self._dask_address, y_transform)
+        model, prior, self._param_names_ = self._build_posterior(Xw, yw, ww)
+        draws = self._sample(TallPosterior(model, prior))
+        self._store_draws(draws, getattr(model, "n_linear_predictors", 1))
+        self._check_convergence(self._all_draws())
+        if self.verbose:
+            self._report()
+        return self
+
+    def _prepare_dask_target(self, X, y, sample_weight, classes, **fit_params):
+        """Hook: as :meth:`_prepare_target` for dask arrays (no full-size copy):
+        ``(y, sample_weight, y_transform)``, where ``y_transform`` turns a block
+        of ``y`` into the model's target (float64 numbers by default)."""
+        if fit_params:
+            raise ValueError(f"{sorted(fit_params)} are not supported with a dask array X.")
+        return y, sample_weight, as_float64
 
     # ----------------------------------------------------------- hooks
     def _validate_target_type(self, y):

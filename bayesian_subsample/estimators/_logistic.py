@@ -15,6 +15,7 @@ from ..models import (
     SoftmaxFamily,
     softmax_log_proba,
 )
+from ._dask import dask_predict, is_dask_array
 from ._glm_base import _GLMEstimator
 from ._predictive import ClassifierPredictiveMixin
 
@@ -259,6 +260,31 @@ class BayesianLogisticRegression(ClassifierMixin, ClassifierPredictiveMixin, _GL
             )
         return y_enc, sample_weight
 
+    def _prepare_dask_target(self, X, y, sample_weight, classes):
+        """Dask labels: ``classes`` came from the validation's reduction; the
+        binary target is encoded lazily as ``y == classes_[1]`` (float64)."""
+        if len(classes) < 2:
+            raise ValueError(
+                "This solver needs samples of at least 2 classes in the data, but the data "
+                f"contains only one class: {classes[0]!r}.")
+        if len(classes) > 2:
+            raise ValueError(
+                f"y has {len(classes)} classes; with a dask array X only binary "
+                "classification is supported. Fit the softmax model on an in-memory array "
+                "or a numpy.memmap.")
+        from ._dask import EncodeBinary, _compute
+
+        self.classes_ = classes
+        if sample_weight is not None:
+            y_enc = (y == classes[1])
+            pos = sample_weight > 0
+            both = _compute(self._dask_address, (pos & y_enc).any(), (pos & ~y_enc).any())
+            if not all(both):
+                raise ValueError(
+                    "Only one class has positive sample_weight; this solver needs samples "
+                    "of at least 2 classes with positive weight.")
+        return y, sample_weight, EncodeBinary(classes[1])
+
     def _build_posterior(self, X, y, sample_weight):
         """Binary: the logistic GLM; ``K >= 3`` classes: the softmax one, whose
         parameters are ``Theta.ravel()``, ``Theta`` (K, p), with the same proper
@@ -359,6 +385,9 @@ class BayesianLogisticRegression(ClassifierMixin, ClassifierPredictiveMixin, _GL
             class's probability ``p_c(x, theta)`` (for two classes both
             columns are the same).
         """
+        if is_dask_array(X):
+            return dask_predict(self, "predict_proba", X, n_columns=len(self.classes_),
+                                n_parts=2 if return_std else None, return_std=return_std)
         X = self._validate_predict_X(X)
         if return_std:
             return self._predict_proba_std(X)
@@ -376,6 +405,8 @@ class BayesianLogisticRegression(ClassifierMixin, ClassifierPredictiveMixin, _GL
 
     def predict_log_proba(self, X):
         """Logarithm of :meth:`predict_proba`, computed stably by log-sum-exp."""
+        if is_dask_array(X):
+            return dask_predict(self, "predict_log_proba", X, n_columns=len(self.classes_))
         X = self._validate_predict_X(X)
         if self._multiclass:
             return self._multiclass_log_proba(X)
@@ -394,6 +425,10 @@ class BayesianLogisticRegression(ClassifierMixin, ClassifierPredictiveMixin, _GL
         agree.  With three or more classes it is :meth:`predict_log_proba`,
         shape (n_samples, n_classes).
         """
+        if is_dask_array(X):
+            check_is_fitted(self)
+            return dask_predict(self, "decision_function", X,
+                                n_columns=len(self.classes_) if self._multiclass else None)
         lp = self.predict_log_proba(X)
         if self._multiclass:
             return lp
@@ -402,6 +437,8 @@ class BayesianLogisticRegression(ClassifierMixin, ClassifierPredictiveMixin, _GL
     def predict(self, X):
         """Class with the larger posterior predictive probability."""
         check_is_fitted(self)
+        if is_dask_array(X):
+            return dask_predict(self, "predict", X, dtype=self.classes_.dtype)
         if self._multiclass:
             return self.classes_[np.argmax(self.predict_log_proba(X), axis=1)]
         return self.classes_[(self.decision_function(X) > 0).astype(int)]

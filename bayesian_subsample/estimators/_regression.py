@@ -29,9 +29,11 @@ from ..models import (
     LinearRegressionFamily,
     LinearRegressionGLM,
     LinearRegressionPrior,
+    DEFAULT_CHUNK_SIZE,
     PoissonFamily,
 )
 from ._base import check_positive_float, check_sample_weight, per_row_array
+from ._dask import as_float64, chunked_sums, dask_predict, is_dask_array
 from ._glm_base import _GLMEstimator
 from ._predictive import RegressorPredictiveMixin
 
@@ -218,6 +220,18 @@ class BayesianPoissonRegressor(_BayesianRegressorBase):
         PoissonFamily.validate_target(y)
         return y, sample_weight
 
+    def _prepare_dask_target(self, X, y, sample_weight, classes, exposure=None):
+        """Dask counts: the minimum came from the validation's reduction."""
+        if self._dask_y_min < 0:
+            raise ValueError(
+                f"BayesianPoissonRegressor needs non-negative counts y, got a minimum of "
+                f"{self._dask_y_min!r}. Model signed responses with BayesianLinearRegression.")
+        if exposure is not None:
+            raise ValueError("exposure is not supported with a dask array X; pass the rate "
+                             "y / exposure as y and the exposure as sample_weight (the same "
+                             "likelihood in the coefficients, see PoissonFamily).")
+        return y, sample_weight, as_float64
+
     _predictive_family = PoissonFamily()
 
     def _family_args(self, extra, draws):
@@ -242,6 +256,9 @@ class BayesianPoissonRegressor(_BayesianRegressorBase):
         std : ndarray of shape (n_samples,)
             Only when ``return_std`` is true.
         """
+        if is_dask_array(X) and exposure is None:
+            return dask_predict(self, "predict", X, n_parts=2 if return_std else None,
+                                return_std=return_std)
         X = self._validate_predict_X(X)
         return self._predict(X, return_std, self._check_exposure(exposure, X.shape[0]))
 
@@ -296,6 +313,8 @@ class BayesianPoissonRegressor(_BayesianRegressorBase):
         lower, upper : ndarray of shape (n_samples,)
             Integer-valued floats.
         """
+        if is_dask_array(X) and exposure is None:
+            return dask_predict(self, "predict_interval", X, n_parts=2, alpha=alpha)
         X = self._validate_predict_X(X)
         return self._predict_interval(X, alpha, self._check_exposure(exposure, X.shape[0]))
 
@@ -458,9 +477,16 @@ class BayesianLinearRegression(_BayesianRegressorBase):
         check_positive_float(self.noise_prior_df, "noise_prior_df")
 
     def _build_posterior(self, X, y, sample_weight):
-        w = np.ones(X.shape[0]) if sample_weight is None else sample_weight
-        total = float(w.sum())
-        rms = float(np.sqrt((w @ (y * y)) / total))
+        # Summed over the fit's row chunks in order (the same floats in memory
+        # and on a dask cluster; one chunk gives w.sum() and w @ (y * y)).
+        if sample_weight is None:
+            total = float(X.shape[0])
+            sumsq = chunked_sums(lambda yc: np.ones(len(yc)) @ (yc * yc), [y],
+                                 DEFAULT_CHUNK_SIZE)
+        else:
+            total, sumsq = chunked_sums(lambda yc, wc: np.array([wc.sum(), wc @ (yc * yc)]),
+                                        [y, sample_weight], DEFAULT_CHUNK_SIZE)
+        rms = float(np.sqrt(sumsq / total))
         self._y_scale = rms
         prior = LinearRegressionPrior(
             self._prior_scales(), noise_prior=self.noise_prior,
@@ -536,6 +562,9 @@ class BayesianLinearRegression(_BayesianRegressorBase):
         std : ndarray of shape (n_samples,)
             Only when ``return_std`` is true.
         """
+        if is_dask_array(X):
+            return dask_predict(self, "predict", X, n_parts=2 if return_std else None,
+                                return_std=return_std)
         X = self._validate_predict_X(X)
         return self._predict(X, return_std, None)
 
@@ -551,6 +580,8 @@ class BayesianLinearRegression(_BayesianRegressorBase):
         -------
         lower, upper : ndarray of shape (n_samples,)
         """
+        if is_dask_array(X):
+            return dask_predict(self, "predict_interval", X, n_parts=2, alpha=alpha)
         X = self._validate_predict_X(X)
         return self._predict_interval(X, alpha, None)
 

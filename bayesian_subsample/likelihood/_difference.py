@@ -32,6 +32,18 @@ Subsample updates follow the block pseudo-marginal scheme of Tran et al.
 redraws a single block, so successive log-likelihood estimates have
 correlation ``rho ~ 1 - 1/G`` (``G = 100`` gives ``rho ~ 0.99``).
 
+Proposals fetched ahead: the indices of a proposal do not depend on the
+state (one block ``g`` uniform in ``0..G-1`` and ``m / G`` indices uniform
+in ``0..n-1``, eq. (3.5)'s proposal), so the estimator draws them for
+``prefetch`` future proposals at once and gathers all their rows in one
+read (:class:`ProposalPool`).  For a :class:`numpy.memmap` or a dask array
+on a cluster that turns ``prefetch`` small random reads into one, and the
+iterations in between touch only memory.  The pool is shared by the
+subsamples of one chain (it advances whether a proposal is accepted or
+not), so every proposal is a fresh draw, as in the one-at-a-time scheme;
+``prefetch = 1`` consumes the random stream exactly as drawing each
+proposal when it is made.
+
 Gradient of eq. (4.5), with ``g_i = d(d_i)/d(eta_i)``:
 ``grad log L_hat = A + B Delta + sum_i x_i g_i [n/m - (n^2/m^2)(d_i - dbar)]``,
 using ``grad sigma2_hat = (2 n^2/m^2) sum_i (d_i - dbar) x_i g_i`` (the
@@ -50,7 +62,47 @@ from ..models._glm import GLM
 
 _GLM_ETA_TERMS = GLM.eta_terms
 
-__all__ = ["Subsample", "DifferenceEstimator", "ConditionalTarget", "block_layout"]
+__all__ = ["Subsample", "DifferenceEstimator", "ConditionalTarget", "block_layout",
+           "ProposalPool", "prefetch_size"]
+
+#: Bytes of proposal rows (design, target, weight) one chain draws ahead.
+PREFETCH_BYTES = 1 << 24
+#: At most this many proposals are drawn ahead.
+MAX_PREFETCH = 1000
+
+
+def prefetch_size(block_size, dim):
+    """Proposals drawn ahead: at most :data:`MAX_PREFETCH`, and at most
+    :data:`PREFETCH_BYTES` of rows (``block_size (dim + 2)`` floats each)."""
+    per_proposal = 8 * int(block_size) * (int(dim) + 2)
+    return int(max(1, min(MAX_PREFETCH, PREFETCH_BYTES // max(per_proposal, 1))))
+
+
+class ProposalPool:
+    """Subsample proposals drawn ahead, with their rows (mutable, shared by a chain).
+
+    ``blocks[k]`` is the block the ``k``-th proposal redraws and ``indices[k]``
+    its ``m / G`` new row indices; ``Z``, ``y``, ``w`` hold their design rows,
+    targets and weights, proposal after proposal; ``next`` is the first unused
+    proposal.  :meth:`DifferenceEstimator.propose_subsample` advances it in
+    place and refills it when it is used up.
+    """
+
+    __slots__ = ("blocks", "indices", "Z", "y", "w", "next")
+
+    def __init__(self):
+        self.blocks = self.indices = self.Z = self.y = self.w = None
+        self.next = 0
+
+    def __len__(self):
+        return 0 if self.blocks is None else len(self.blocks)
+
+    def __getstate__(self):
+        return {k: getattr(self, k) for k in self.__slots__}
+
+    def __setstate__(self, state):
+        for k, v in state.items():
+            setattr(self, k, v)
 
 
 def block_layout(subsample_size, n_blocks):
@@ -89,6 +141,8 @@ class Subsample(NamedTuple):
     a: np.ndarray
     b: np.ndarray
     half_c: np.ndarray
+    #: The chain's :class:`ProposalPool` (proposals drawn ahead), or None.
+    pool: object = None
 
 
 class Estimate(NamedTuple):
@@ -118,9 +172,12 @@ class DifferenceEstimator:
         ``m``; rounded up to a multiple of ``n_blocks``.
     n_blocks : int, default=100
         ``G``; one block is redrawn per subsample proposal.
+    prefetch : int or None, default=None
+        Proposals drawn ahead, their rows gathered in one read
+        (:class:`ProposalPool`); None: :func:`prefetch_size`.
     """
 
-    def __init__(self, model, prior, expansion, subsample_size, n_blocks=100):
+    def __init__(self, model, prior, expansion, subsample_size, n_blocks=100, prefetch=None):
         self.model = model
         self.prior = prior
         self.expansion = expansion
@@ -130,6 +187,8 @@ class DifferenceEstimator:
         self._n_over_m = n / m
         self._n2_over_m2 = (n / m) ** 2
         self.n_obs_per_eval = m
+        self.prefetch = (prefetch_size(b, model.dim) if prefetch is None
+                         else max(1, int(prefetch)))
         #: Linear predictors per row (1 for a GLM, K for multinomial regression).
         self.n_linear_predictors = int(getattr(model, "n_linear_predictors", 1))
         # The family's in-place log-likelihood (one linear predictor, the
@@ -166,49 +225,75 @@ class DifferenceEstimator:
         return Subsample(indices, Z, yr, wr, eta_star, a, b, half_c)
 
     def init_subsample(self, rng):
-        """Draw ``m`` indices uniformly with replacement."""
-        return self._subsample_from(rng.integers(0, self.model.n_obs, self.subsample_size))
+        """Draw ``m`` indices uniformly with replacement (and start a proposal pool)."""
+        sub = self._subsample_from(rng.integers(0, self.model.n_obs, self.subsample_size))
+        return sub._replace(pool=ProposalPool())
 
-    def _draw_block(self, rng):
-        g = int(rng.integers(self.n_blocks))
-        lo, hi = g * self.block_size, (g + 1) * self.block_size
-        return lo, hi, rng.integers(0, self.model.n_obs, self.block_size)
+    def _refill(self, rng, pool):
+        """Draw the next ``prefetch`` proposals into ``pool`` and gather their rows
+        in one read.  With ``prefetch = 1`` the random stream is consumed as by
+        one ``integers(G)`` then one ``integers(n, size=m / G)`` call."""
+        k = self.prefetch
+        pool.blocks = rng.integers(self.n_blocks, size=k)
+        pool.indices = rng.integers(0, self.model.n_obs, size=(k, self.block_size))
+        Xr, pool.y, pool.w = self.model.rows(pool.indices.ravel())
+        pool.Z = self.model.design(Xr)
+        pool.next = 0
+
+    def _draw_block(self, rng, sub):
+        """The next proposal of ``sub``'s pool (refilled from ``rng`` when used up):
+        ``(lo, hi, indices, Z, y, w)`` of the block it redraws."""
+        pool = sub.pool
+        if pool is None:
+            pool = ProposalPool()
+        if pool.next >= len(pool):
+            self._refill(rng, pool)
+        k = pool.next
+        pool.next = k + 1
+        g = int(pool.blocks[k])
+        rows = slice(k * self.block_size, (k + 1) * self.block_size)
+        return (g * self.block_size, (g + 1) * self.block_size, pool.indices[k], pool.Z[rows],
+                pool.y[rows], None if pool.w is None else pool.w[rows])
 
     def propose_subsample(self, rng, sub):
         """Redraw one of the ``G`` blocks uniformly at random (rho ~ 1 - 1/G).
 
-        Returns a new :class:`Subsample`; ``sub`` is not modified.  Costs the
-        gather of ``m / G`` rows and a copy of every field (the kernel uses
-        :meth:`propose_in_place`, which draws the same proposal without the
-        copies).
+        Returns a new :class:`Subsample` (sharing ``sub``'s pool, which
+        advances); ``sub``'s arrays are not modified.  The block and its
+        ``m / G`` rows come from the pool, refilled with the next ``prefetch``
+        proposals (one gather) when used up.  Copies every field (the kernel
+        uses :meth:`propose_in_place`, which makes the same proposal without
+        the copies).
         """
-        lo, hi, new_idx = self._draw_block(rng)
-        fresh = self._subsample_from(new_idx)
+        lo, hi, new_idx, Zr, yr, wr = self._draw_block(rng, sub)
+        fresh = self._with_coefficients(new_idx, Zr, yr, wr)
         fields = []
-        for old, new in zip(sub, fresh):
+        for old, new in zip(sub[:-1], fresh[:-1]):
             if old is None:
                 fields.append(None)
                 continue
             arr = old.copy()
             arr[lo:hi] = new
             fields.append(arr)
-        return Subsample(*fields)
+        return Subsample(*fields, sub.pool)
 
     def propose_in_place(self, rng, sub):
         """:meth:`propose_subsample` written into ``sub``'s own arrays.
 
-        Draws the same block and indices from ``rng``, gathers the ``m / G``
-        new rows straight into their block of the cached design and computes
-        their Taylor coefficients there; nothing else is copied.  Returns
+        Takes the same block and indices from the pool (refilled from ``rng``
+        when used up), copies the ``m / G`` new rows into their block of the
+        cached design and computes their Taylor coefficients there; nothing
+        else is copied.  The pool advances whether or not the proposal is
+        undone.  Returns
         ``(sub, undo)``: ``sub`` now holds the proposal, and
         :meth:`undo_proposal` with ``undo`` (the replaced block, ``m / G`` rows
         of each field) restores the current subsample if the proposal is
         rejected.  Any other reference to ``sub`` sees the proposal.
         """
-        lo, hi, new_idx = self._draw_block(rng)
-        undo = (lo, hi, tuple(None if f is None else f[lo:hi].copy() for f in sub))
+        lo, hi, new_idx, Zr, yr, wr = self._draw_block(rng, sub)
+        undo = (lo, hi, tuple(None if f is None else f[lo:hi].copy() for f in sub[:-1]))
         Zb = sub.Z[lo:hi]
-        yr, wr = self.model.gather_design(new_idx, Zb)
+        Zb[...] = Zr
         sub.indices[lo:hi] = new_idx
         sub.y[lo:hi] = yr
         if sub.w is not None:
@@ -240,11 +325,13 @@ class DifferenceEstimator:
     def recentre(self, expansion):
         """A copy of this estimator around a new theta* (same ``m`` and ``G``)."""
         return DifferenceEstimator(self.model, self.prior, expansion,
-                                   self.subsample_size, self.n_blocks)
+                                   self.subsample_size, self.n_blocks, self.prefetch)
 
     def refresh(self, sub):
-        """Recompute the cached Taylor coefficients of ``sub`` for this theta*."""
-        return self._with_coefficients(sub.indices, sub.Z, sub.y, sub.w)
+        """Recompute the cached Taylor coefficients of ``sub`` for this theta*
+        (the proposal pool carries on: its rows do not depend on theta*)."""
+        return self._with_coefficients(sub.indices, sub.Z, sub.y, sub.w)._replace(
+            pool=sub.pool)
 
     # ------------------------------------------------------------ estimate
     def differences(self, theta, sub):

@@ -272,10 +272,15 @@ class GLM:
             # (A memory-mapped X is left as it is: no full-size copy.)
             X = np.ascontiguousarray(X)
         self.X = X
-        self.y = np.asarray(y, dtype=np.float64)
+        # A lazy row source (``lazy_rows``: a chunked array on a cluster, see
+        # ``estimators/_dask.py``) is kept as it is: its rows are gathered on
+        # demand and its full passes run where the data live.
+        self.y = y if getattr(y, "lazy_rows", False) else np.asarray(y, dtype=np.float64)
         self.family = family
         self.sample_weight = (
-            None if sample_weight is None else np.asarray(sample_weight, dtype=np.float64)
+            None if sample_weight is None
+            else sample_weight if getattr(sample_weight, "lazy_rows", False)
+            else np.asarray(sample_weight, dtype=np.float64)
         )
         self.fit_intercept = bool(fit_intercept)
         self.chunk_size = int(chunk_size)
@@ -437,7 +442,13 @@ class GLM:
         One full pass, run through :attr:`chunk_map` (in this process by
         default; on the active joblib backend during an estimator's set-up).
         Peak memory is O(chunk x dim) per task plus the per-chunk results.
+        When ``X`` is a lazy row source with its own ``map_model_chunks``
+        (a dask array, ``estimators/_dask.py``) the pass runs there instead,
+        on the same chunk bounds, so the partial results are the same.
         """
+        where = getattr(self.X, "map_model_chunks", None)
+        if where is not None:
+            return where(self, method, args)
         bounds = list(self.chunks())
         if len(bounds) <= 1:
             return [_on_chunk(self, method, args, b) for b in bounds]

@@ -93,7 +93,8 @@ class LinearRegressionGLM(GLM):
                  chunk_size=DEFAULT_CHUNK_SIZE):
         super().__init__(X, y, GaussianFamily(1.0), sample_weight=sample_weight,
                          fit_intercept=fit_intercept, chunk_size=chunk_size)
-        if not np.all(np.isfinite(self.y)):
+        # (A lazy y, a chunked array on a cluster, was checked by the estimator.)
+        if not getattr(self.y, "lazy_rows", False) and not np.all(np.isfinite(self.y)):
             raise ValueError("y contains NaN or infinity; pass finite responses.")
 
     @property
