@@ -298,7 +298,8 @@ class _DaskSource:
         """Rows ``idx`` of array ``name``; all arrays' rows come in one computation.
 
         The rows are gathered at the sorted distinct indices (dask's efficient
-        take) and put back in the order of ``idx``; the last gather is kept.
+        take) and put back in the order of ``idx``; the last gather is kept
+        (and a fresh copy returned each time).
         """
         idx = np.asarray(idx)
         with self._lock:
@@ -310,7 +311,8 @@ class _DaskSource:
                 got = {k: self.transforms[k](v)[inverse.reshape(idx.shape)]
                        for k, v in zip(names, values)}
                 last = self._last = (idx.copy(), got)
-        return last[1][name]
+        # A copy, as numpy's own gather gives: callers may write into it.
+        return last[1][name].copy()
 
     def aligned(self, chunk_size):
         """The arrays rechunked so that every row block starts at a multiple of
