@@ -5,10 +5,12 @@ difference estimator (eqs. 4.1-4.7), ``m`` rows in ``G`` blocks and ``L``
 leapfrog steps must at least do this (logistic regression, order-2 Taylor
 control variates, one linear predictor per row):
 
-* the block update of ``u`` (§3.3): draw one block number and ``m / G`` row
-  indices, gather those rows of ``X`` and ``y`` into the cached ``m x d``
-  subsample matrix, and their Taylor coefficients at theta* (``eta*``, and
-  the value, slope and half curvature of the log-likelihood in ``eta``);
+* the block update of ``u`` (§3.3): one block number and ``m / G`` row
+  indices, drawn (with their rows of ``X`` and ``y``) for ``prefetch``
+  proposals at a time as the estimator's proposal pool does, copied into the
+  cached ``m x d`` subsample matrix, and their Taylor coefficients at theta*
+  (``eta*``, and the value, slope and half curvature of the log-likelihood in
+  ``eta``);
 * ``L + 1`` estimates of the log posterior and its gradient (one for the
   subsample update, one per leapfrog step), each: the forward product
   ``eta = Z theta``, the logistic log-likelihood and its ``eta``-derivative
@@ -53,7 +55,7 @@ from bayesian_subsample.samplers.metric import metric_from_mass_matrix
 class Floor:
     """The minimal numpy work of HMC-ECS iterations (module notes), with its own state."""
 
-    def __init__(self, X, y, expansion, prior_precision, m, n_blocks, rng):
+    def __init__(self, X, y, expansion, prior_precision, m, n_blocks, rng, prefetch=1):
         self.X, self.y = X, np.asarray(y, dtype=np.float64)
         self.n = X.shape[0]
         d = X.shape[1] + 1
@@ -68,6 +70,17 @@ class Floor:
         self.es = self.Z @ self.ts
         self.a, self.bb, self.hc = self._coefficients(self.yu, self.es)
         self.buf = [np.empty(m) for _ in range(8)]
+        # Proposals drawn ahead in batches, as the estimator's ProposalPool does
+        # (block numbers and indices do not depend on the state).
+        self.prefetch, self.next = int(prefetch), int(prefetch)
+
+    def _refill(self, rng):
+        k = self.prefetch
+        self.blocks = rng.integers(self.G, size=k)
+        self.idx = rng.integers(0, self.n, size=(k, self.b))
+        self.pool_X = self.X[self.idx.ravel()]
+        self.pool_y = self.y[self.idx.ravel()]
+        self.next = 0
 
     @staticmethod
     def _coefficients(y, eta):
@@ -119,11 +132,13 @@ class Floor:
 
     def iteration(self, rng, theta, lp, grad, eps, n_steps, minv):
         """One iteration: block update (always accepted here) and ``n_steps`` leapfrog steps."""
-        g = rng.integers(self.G)
-        idx = rng.integers(0, self.n, self.b)
+        if self.next >= self.prefetch:
+            self._refill(rng)
+        k, self.next = self.next, self.next + 1
+        g = self.blocks[k]
         lo, hi = g * self.b, (g + 1) * self.b
-        self.Z[lo:hi, 1:] = self.X[idx]
-        yb = self.y[idx]
+        self.Z[lo:hi, 1:] = self.pool_X[k * self.b:(k + 1) * self.b]
+        yb = self.pool_y[k * self.b:(k + 1) * self.b]
         self.yu[lo:hi] = yb
         es = self.Z[lo:hi] @ self.ts
         self.es[lo:hi] = es
@@ -228,7 +243,8 @@ def main(argv=None):
                                                                  args.n_blocks)
             eps = step_size_for(est, theta, metric, args.n_steps)
             floor = Floor(X, y, expansion, post.prior.precision, est.subsample_size,
-                          est.n_blocks, np.random.default_rng(3))
+                          est.n_blocks, np.random.default_rng(3),
+                          getattr(est, "prefetch", 1))
             kern, flo = time_pair(est, floor, theta, metric, eps, args.n_steps, args.n_iter,
                                   args.repeats)
             print(json.dumps({"n": n, "dtype": args.dtype, "m": est.subsample_size,

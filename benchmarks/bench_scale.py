@@ -239,7 +239,7 @@ def run_size(n, args):
             metric = metric_from_mass_matrix(expansion.neg_hessian, dense=False)
             floor = Floor(X, y, expansion, posterior.prior.precision,
                           kernel_est.subsample_size, kernel_est.n_blocks,
-                          np.random.default_rng(3))
+                          np.random.default_rng(3), getattr(kernel_est, "prefetch", 1))
             kern, flo = time_pair(kernel_est, floor, theta_star, metric,
                                   float(est.step_size_[0]), L, args.n_iter, args.repeats)
         row.update(kernel_ms=round(kern, 4), floor_ms=round(flo, 4),
