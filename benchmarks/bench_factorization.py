@@ -23,8 +23,30 @@ optimisers hold the precisions at ``--sgd-precision`` (the paper picks the
 regulariser by cross-validation; the default is about where the samplers'
 Gibbs draws settle on standardised ratings).
 
+* ``timing``: seconds per pass of SGD and SG-HMC on the generated ratings
+  (``--n-ratings 1000000``: the "10^6 ratings in minutes" check).
+
+Real ratings, ``--data ml-100k`` (MovieLens-100k, read by
+:func:`bayesian_subsample.datasets.load_movielens_100k` from ``--data-path``
+or the cache, fetched with ``--download``; never shipped with the library):
+
+* ``table``: Table 1 on real ratings.  ``--folds``-fold CV; within each
+  training fold a random 10% validation split picks every method's settings
+  (the step size, per rating and minibatch appearance, from ``--rho-grid``;
+  for the optimisers also the regulariser ``prior_precision`` from
+  ``--precision-grid`` and the number of passes, early stopping on the
+  validation trace); the method is then refitted on the whole training fold
+  with them and scored on the test fold.  The test folds never inform a
+  choice.
+* ``online``: ratings in time order; fit on the first ``--online-fit``
+  fraction, then ``partial_fit`` the next slice and score the slice's
+  users' later ratings (the final ``--online-test`` fraction) before and
+  after, against a full refit on everything seen (time and passes).
+
     python benchmarks/bench_factorization.py --n-ratings 100000 --passes 20   # ~3 min
     python benchmarks/bench_factorization.py                                  # MovieLens-1M size
+    python benchmarks/bench_factorization.py --data ml-100k --parts table,online --download
+    python benchmarks/bench_factorization.py --n-ratings 1000000 --parts timing --passes 3
 """
 
 import argparse
@@ -35,20 +57,23 @@ import numpy as np
 from sklearn.model_selection import KFold
 
 from bayesian_subsample import BayesianMatrixFactorization
-from bayesian_subsample.datasets import make_ratings_like
+from bayesian_subsample.datasets import load_movielens_100k, make_ratings_like
 
 METHODS = ("sgd", "sgd_momentum", "sgld", "sghmc")
 LABELS = {"sgd": "SGD", "sgd_momentum": "SGD with momentum", "sgld": "SGLD",
           "sghmc": "SGHMC"}
 
 
-def _estimator(method, args, seed):
-    warm = max(1, args.passes // 4)
+def _estimator(method, args, seed, passes=None, prior_precision=None, learning_rate="auto"):
+    passes = passes or args.passes
+    warm = max(1, passes // 4)
+    if method in OPTIMISERS and prior_precision is None:
+        prior_precision = args.sgd_precision
     return BayesianMatrixFactorization(
         n_components=args.n_components, sampler=method, n_warmup=warm,
-        n_draws=args.passes - warm, batch_size=args.batch_size, n_init_passes=args.init_passes,
-        prior_precision=args.sgd_precision if method in ("sgd", "sgd_momentum") else None,
-        random_state=seed)
+        n_draws=max(1, passes - warm), batch_size=args.batch_size,
+        n_init_passes=args.init_passes, prior_precision=prior_precision,
+        learning_rate=learning_rate, gibbs_every=args.gibbs_every, random_state=seed)
 
 
 def _rmse(pred, y):
@@ -79,6 +104,158 @@ def _fit_one(method, args, X, y, train, test, seed):
     }
 
 
+OPTIMISERS = ("sgd", "sgd_momentum")
+
+
+def _rate(rho, n_train, batch_size):
+    """``learning_rate`` for a step of ``rho`` per rating and minibatch appearance."""
+    return rho * min(batch_size, n_train) / n_train
+
+
+def _tuned_fit(method, args, X, y, train, seed, log):
+    """Settings of ``method`` chosen on a 10% validation split of ``train`` only.
+
+    Returns the chosen ``(rho, prior_precision, passes)``.  Samplers: the
+    step with the best validation RMSE of the running predictive mean after
+    ``--tune-passes``; the Gibbs steps set the precisions.  Optimisers: the
+    (step, regulariser) pair and the pass (early stopping) with the best
+    validation RMSE of the current iterate.
+    """
+    rng = np.random.default_rng(seed)
+    perm = rng.permutation(train)
+    n_val = len(train) // 10
+    val, sub = perm[:n_val], perm[n_val:]
+    best = None
+    precisions = args.precision_grid if method in OPTIMISERS else [None]
+    rhos = args.rho_grid_opt if method in OPTIMISERS else args.rho_grid
+    if method == "sgd_momentum":
+        # Momentum 1 - alpha multiplies the effective step by 1 / alpha = 10.
+        rhos = [r / 10 for r in rhos]
+    for rho in rhos:
+        for prec in precisions:
+            passes = args.tune_passes
+            est = _estimator(method, args, seed, passes=passes, prior_precision=prec,
+                             learning_rate=_rate(rho, len(sub), args.batch_size))
+            est.fit(X[sub], y[sub], eval_set=(X[val], y[val]))
+            trace = est.eval_rmse_["draw" if method in OPTIMISERS else "mean"][0]
+            if method in OPTIMISERS:
+                k = int(np.nanargmin(trace))
+                score, chosen = float(trace[k]), k + 1
+            else:
+                score, chosen = float(trace[-1]), args.passes
+            log({"part": "tune", "method": method, "rho": rho, "prior_precision": prec,
+                 "val_rmse": round(score, 4), "passes": chosen})
+            if np.isfinite(score) and (best is None or score < best[0]):
+                best = (score, rho, prec, chosen)
+    return best[1:]
+
+
+def _run_table(args, X, y, log):
+    methods = args.methods.split(",")
+    results = {m: [] for m in methods}
+    folds = list(KFold(args.folds, shuffle=True, random_state=args.seed).split(X))
+    for k, (train, test) in enumerate(folds):
+        if args.fold_indices and k not in args.fold_indices:
+            continue
+        for method in methods:
+            t0 = time.perf_counter()
+            rho, prec, passes = _tuned_fit(method, args, X, y, train, args.seed + 100 * k + 1,
+                                           log)
+            t_tune = time.perf_counter() - t0
+            est = _estimator(method, args, args.seed + k, passes=passes, prior_precision=prec,
+                             learning_rate=_rate(rho, len(train), args.batch_size))
+            t0 = time.perf_counter()
+            est.fit(X[train], y[train])
+            wall = time.perf_counter() - t0
+            r = _rmse(est.predict(X[test]), y[test])
+            results[method].append(r)
+            log({"part": "table", "fold": k, "method": method, "rmse": r, "rho": rho,
+                 "prior_precision": prec, "passes": passes, "fit_seconds": round(wall, 1),
+                 "tune_seconds": round(t_tune, 1)})
+    _print_table(args, results, f"{args.folds}-fold CV, MovieLens-100k, settings tuned on a "
+                 "validation split of each training fold")
+
+
+PAPER = {"sgd": (0.8538, 0.0009), "sgd_momentum": (0.8539, 0.0009), "sgld": (0.8412, 0.0009),
+         "sghmc": (0.8411, 0.0011)}
+
+
+def _print_table(args, results, title):
+    print(f"\nTable 1 form: predictive RMSE, {title}")
+    print(f"{'METHOD':<20} {'this run':<18} paper (MovieLens-1M)")
+    for method, r in results.items():
+        r = np.array(r)
+        if not len(r):
+            continue
+        se = r.std(ddof=1) / np.sqrt(len(r)) if len(r) > 1 else float("nan")
+        print(f"{LABELS[method]:<20} {r.mean():.4f} +- {se:.4f}    "
+              f"{PAPER[method][0]:.4f} +- {PAPER[method][1]:.4f}")
+        print(json.dumps({"part": "table_summary", "method": method, "rmse_mean": r.mean(),
+                          "rmse_se": se, "folds": len(r), "paper_ml1m": PAPER[method][0]}))
+
+
+def _run_online(args, X, y, ts, log):
+    """partial_fit on a later slice (by time) against no update and a full refit."""
+    order = np.argsort(ts, kind="stable")
+    n = len(y)
+    a = int(args.online_fit * n)
+    b = int((1 - args.online_test) * n)
+    early, arrive, late = order[:a], order[a:b], order[b:]
+    slice_users = np.unique(X[arrive, 0])
+    held = late[np.isin(X[late, 0], slice_users)]
+    method = "sghmc"
+    warm = max(1, args.passes // 4)
+    kw = dict(n_components=args.n_components, sampler=method, n_warmup=warm,
+              n_draws=args.passes - warm, batch_size=args.batch_size,
+              n_init_passes=args.init_passes, n_partial_passes=args.partial_passes,
+              random_state=args.seed)
+    if args.online_rho:
+        kw["learning_rate"] = _rate(args.online_rho, len(early), args.batch_size)
+    est = BayesianMatrixFactorization(**kw)
+    t0 = time.perf_counter()
+    est.fit(X[early], y[early])
+    t_fit = time.perf_counter() - t0
+    before = _rmse(est.predict(X[held]), y[held])
+    t0 = time.perf_counter()
+    est.partial_fit(X[arrive], y[arrive])
+    t_partial = time.perf_counter() - t0
+    after = _rmse(est.predict(X[held]), y[held])
+    seen = np.concatenate([early, arrive])
+    refit_kw = dict(kw)
+    if args.online_rho:
+        refit_kw["learning_rate"] = _rate(args.online_rho, len(seen), args.batch_size)
+    t0 = time.perf_counter()
+    refit = BayesianMatrixFactorization(**refit_kw).fit(X[seen], y[seen])
+    t_refit = time.perf_counter() - t0
+    log({"part": "online", "method": method, "n_fit": len(early), "n_arrive": len(arrive),
+         "n_slice_users": len(slice_users),
+         "n_new_users": int(np.sum(~np.isin(slice_users, X[early, 0]))),
+         "n_held": len(held), "rmse_before": before, "rmse_after_partial_fit": after,
+         "rmse_full_refit": _rmse(refit.predict(X[held]), y[held]),
+         "rmse_global_mean": _rmse(np.full(len(held), y[seen].mean()), y[held]),
+         "seconds_fit": round(t_fit, 1), "seconds_partial_fit": round(t_partial, 1),
+         "seconds_full_refit": round(t_refit, 1), "partial_passes": args.partial_passes,
+         "refit_passes": args.passes + args.init_passes})
+
+
+def _run_timing(args, X, y, log):
+    for method in args.methods.split(","):
+        warm = 1 if method in OPTIMISERS else 0
+        est = BayesianMatrixFactorization(
+            n_components=args.n_components, sampler=method, n_warmup=warm,
+            n_draws=args.passes - warm, batch_size=args.batch_size, n_init_passes=0,
+            n_draws_kept=1, random_state=args.seed)
+        t0 = time.perf_counter()
+        cpu0 = time.process_time()
+        est.fit(X, y)
+        wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
+        info = est.sampler_info_[0]
+        log({"part": "timing", "method": method, "n_ratings": len(y), "passes": args.passes,
+             "updates_per_pass": info["updates_per_iteration"],
+             "gibbs_steps": info["n_gibbs_steps"], "seconds_per_pass": wall / args.passes,
+             "cpu_seconds_per_pass": cpu / args.passes, "wall_seconds": wall})
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--n-ratings", type=int, default=1_000_000)
@@ -95,7 +272,49 @@ def main():
     p.add_argument("--cv-passes", type=int, default=None, help="default: --passes")
     p.add_argument("--methods", default=",".join(METHODS))
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--data", choices=("generated", "ml-100k"), default="generated")
+    p.add_argument("--data-path", default=None, help="ml-100k: the RecBole wheel, ml-100k.zip, "
+                   "ml-100k.inter or u.data (default: the cache)")
+    p.add_argument("--download", action="store_true", help="ml-100k: fetch it if not cached")
+    p.add_argument("--gibbs-every", default="auto",
+                   help="'auto' (the paper's 2,000 steps scaled by n), 'pass' or an int")
+    p.add_argument("--rho-grid", default="0.01,0.03",
+                   help="table: samplers' steps per rating tried on the validation split")
+    p.add_argument("--rho-grid-opt", default="0.01",
+                   help="table: optimisers' steps per rating (SGD with momentum: / 10)")
+    p.add_argument("--precision-grid", default="10,30",
+                   help="table: optimisers' prior_precision (regulariser) tried")
+    p.add_argument("--tune-passes", type=int, default=30)
+    p.add_argument("--fold-indices", default="", help="table: only these folds (e.g. 0,1)")
+    p.add_argument("--online-fit", type=float, default=0.8)
+    p.add_argument("--online-test", type=float, default=0.1)
+    p.add_argument("--partial-passes", type=int, default=10)
+    p.add_argument("--online-rho", type=float, default=None)
     args = p.parse_args()
+    if args.gibbs_every not in ("auto", "pass"):
+        args.gibbs_every = int(args.gibbs_every)
+    args.rho_grid = [float(v) for v in args.rho_grid.split(",")]
+    args.rho_grid_opt = [float(v) for v in args.rho_grid_opt.split(",")]
+    args.precision_grid = [float(v) for v in args.precision_grid.split(",")]
+    args.fold_indices = [int(v) for v in args.fold_indices.split(",") if v]
+
+    def log(line):
+        print(json.dumps(line), flush=True)
+
+    if args.data == "ml-100k":
+        X, y, ts = load_movielens_100k(args.data_path, download=args.download)
+        log({"setup": {"data": "MovieLens-100k", "n_ratings": len(y),
+                       "n_users": int(len(np.unique(X[:, 0]))),
+                       "n_items": int(len(np.unique(X[:, 1]))),
+                       "n_components": args.n_components, "batch_size": args.batch_size,
+                       "gibbs_every": args.gibbs_every, "passes": args.passes,
+                       "rmse_predict_global_mean": float(y.std())}})
+        parts = args.parts.split(",")
+        if "table" in parts:
+            _run_table(args, X, y, log)
+        if "online" in parts:
+            _run_online(args, X, y, ts, log)
+        return
     scale = np.sqrt(args.n_ratings / 1e6)
     n_users = args.n_users or max(10, int(6000 * scale))
     n_items = args.n_items or max(10, int(4000 * scale))
@@ -107,6 +326,8 @@ def main():
               "floor": args.noise_sd, "rmse_predict_global_mean": float(y.std())}
     print(json.dumps({"setup": header}), flush=True)
     parts = args.parts.split(",")
+    if "timing" in parts:
+        _run_timing(args, X, y, log)
     if "trace" in parts:
         rng = np.random.default_rng(args.seed)
         perm = rng.permutation(len(y))

@@ -485,6 +485,45 @@ def test_partial_fit_improves_new_users():
     assert np.sqrt(np.mean((est.predict(X[check]) - y[check]) ** 2)) < 0.6
 
 
+def _time_slices(ts, fit=0.6, test=0.15):
+    order = np.argsort(ts, kind="stable")
+    a, b = int(fit * len(ts)), int((1 - test) * len(ts))
+    return order[:a], order[a:b], order[b:]
+
+
+def test_partial_fit_on_a_later_slice_improves_its_users_without_a_refit():
+    """Ratings in time order (100 users throughout, 60 new users in the last
+    tenth of the time): fit on the first 55% of the ratings, ``partial_fit``
+    the next 30%; on the slice's users' last 15% of ratings the new users'
+    RMSE drops by a fifth and the known users' does not rise, at a fraction
+    of a refit's rating evaluations."""
+    X, y = make_ratings_like(160, 60, 9000, 3, 0.3, random_state=5)
+    rng = np.random.default_rng(5)
+    new_user = X[:, 0] >= 100
+    ts = np.where(new_user, 0.9 + 0.1 * rng.random(len(y)), rng.random(len(y)))
+    early, arrive, late = _time_slices(ts, fit=0.55, test=0.15)
+    assert not new_user[early].any()
+    held = late[np.isin(X[late, 0], X[arrive, 0])]
+    est = BayesianMatrixFactorization(n_components=3, n_warmup=8, n_draws=12, batch_size=1000,
+                                      n_partial_passes=6, random_state=0)
+    est.fit(X[early], y[early])
+    cost_fit = est.sample_stats_["n_obs_evaluated"].sum()
+    before = est.predict(X[held])
+    est.partial_fit(X[arrive], y[arrive])
+    after = est.predict(X[held])
+    cost_partial = est.sample_stats_["n_obs_evaluated"].sum() - cost_fit
+    assert cost_partial < 0.5 * cost_fit, (cost_partial, cost_fit)
+
+    def rmse(pred, rows):
+        return np.sqrt(np.mean((pred[rows] - y[held][rows]) ** 2))
+
+    new, known = new_user[held], ~new_user[held]
+    assert new.sum() > 300 and known.sum() > 50
+    assert rmse(after, new) < 0.8 * rmse(before, new), (rmse(before, new), rmse(after, new))
+    assert rmse(after, known) < rmse(before, known) + 0.02, (rmse(before, known),
+                                                            rmse(after, known))
+
+
 def test_clone_params_and_cross_validation():
     X, y = _small(n_ratings=3000)
     est = BayesianMatrixFactorization(n_components=3, n_warmup=3, n_draws=4, batch_size=1000,
@@ -537,3 +576,62 @@ def test_samplers_near_the_floor(method):
     rmse_sgd = np.sqrt(np.mean((sgd.predict(Xte) - yte) ** 2))
     assert rmse < 1.2 * 0.5, rmse
     assert rmse < 1.05 * rmse_sgd, (rmse, rmse_sgd)
+
+
+# ------------------------------------------------------- MovieLens loader
+def _fake_ratings_file(path, header, n=100_000):
+    rng = np.random.default_rng(0)
+    users, items = rng.integers(1, 944, n), rng.integers(1, 1683, n)
+    ratings, ts = rng.integers(1, 6, n), 874_724_710 + rng.integers(0, 10 ** 7, n)
+    lines = [f"{u}\t{i}\t{r}\t{t}" for u, i, r, t in zip(users, items, ratings, ts)]
+    if header:
+        lines.insert(0, "user_id:token\titem_id:token\trating:float\ttimestamp:float")
+    path.write_text("\n".join(lines) + "\n")
+    return users, items, ratings, ts
+
+
+def test_load_movielens_100k_formats_and_errors(tmp_path, monkeypatch):
+    import subprocess
+    import zipfile
+
+    from bayesian_subsample.datasets import fetch_movielens_100k, load_movielens_100k
+
+    inter = tmp_path / "ml-100k.inter"
+    users, items, ratings, ts = _fake_ratings_file(inter, header=True)
+    X, y, t = load_movielens_100k(inter)
+    np.testing.assert_array_equal(X, np.c_[users, items])
+    np.testing.assert_array_equal(y, ratings)
+    np.testing.assert_array_equal(t, ts)
+    assert X.dtype == np.int64 and y.dtype == np.float64
+    # GroupLens' u.data (no header), inside ml-100k.zip, and the RecBole wheel layout.
+    udata = tmp_path / "u.data"
+    _fake_ratings_file(udata, header=False)
+    with zipfile.ZipFile(tmp_path / "ml-100k.zip", "w") as zf:
+        zf.write(udata, "ml-100k/u.data")
+    with zipfile.ZipFile(tmp_path / "recbole-1.2.1-py3-none-any.whl", "w") as zf:
+        zf.write(inter, "recbole/dataset_example/ml-100k/ml-100k.inter")
+    for source in (udata, tmp_path / "ml-100k.zip"):
+        X2, y2, t2 = load_movielens_100k(source)
+        np.testing.assert_array_equal(X2, X)
+        np.testing.assert_array_equal(y2, y)
+    df = load_movielens_100k(cache_dir=tmp_path, as_frame=True)      # the cached wheel
+    assert list(df.columns) == ["user", "movie", "rating", "timestamp"] and len(df) == 100_000
+    # Missing copy, no download: says how to get one.  Download failing: says offline.
+    empty = tmp_path / "empty"
+    with pytest.raises(FileNotFoundError, match="download=True"):
+        load_movielens_100k(cache_dir=empty)
+
+    def no_network(cmd, **kwargs):
+        return subprocess.CompletedProcess(cmd, 1, "", "ERROR: No matching distribution")
+
+    monkeypatch.setattr(subprocess, "run", no_network)
+    with pytest.raises(OSError, match="offline"):
+        fetch_movielens_100k(empty)
+    with pytest.raises(OSError, match="grouplens"):
+        load_movielens_100k(cache_dir=empty, download=True)
+    short = tmp_path / "short.inter"
+    _fake_ratings_file(short, header=True, n=500)
+    with pytest.raises(ValueError, match="100000"):
+        load_movielens_100k(short)
+    with pytest.raises(FileNotFoundError, match="No such file"):
+        load_movielens_100k(tmp_path / "nope.inter")
