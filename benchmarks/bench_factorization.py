@@ -52,8 +52,10 @@ or the cache, fetched with ``--download``; never shipped with the library):
 import argparse
 import json
 import time
+import warnings
 
 import numpy as np
+from sklearn.exceptions import ConvergenceWarning
 from sklearn.model_selection import KFold
 
 from bayesian_subsample import BayesianMatrixFactorization
@@ -125,29 +127,44 @@ def _tuned_fit(method, args, X, y, train, seed, log):
     perm = rng.permutation(train)
     n_val = len(train) // 10
     val, sub = perm[:n_val], perm[n_val:]
-    best = None
+    candidates = []
     precisions = args.precision_grid if method in OPTIMISERS else [None]
     rhos = args.rho_grid_opt if method in OPTIMISERS else args.rho_grid
+    if method == "sgld":
+        rhos = args.rho_grid_sgld or rhos
+    elif method == "sghmc":
+        rhos = args.rho_grid_sghmc or rhos
     if method == "sgd_momentum":
         # Momentum 1 - alpha multiplies the effective step by 1 / alpha = 10.
         rhos = [r / 10 for r in rhos]
     for rho in rhos:
         for prec in precisions:
-            passes = args.tune_passes
+            passes = args.tune_passes_opt if method in OPTIMISERS else args.tune_passes
             est = _estimator(method, args, seed, passes=passes, prior_precision=prec,
                              learning_rate=_rate(rho, len(sub), args.batch_size))
-            est.fit(X[sub], y[sub], eval_set=(X[val], y[val]))
-            trace = est.eval_rmse_["draw" if method in OPTIMISERS else "mean"][0]
-            if method in OPTIMISERS:
-                k = int(np.nanargmin(trace))
-                score, chosen = float(trace[k]), k + 1
+            diverged = False
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore", ConvergenceWarning)
+                    est.fit(X[sub], y[sub], eval_set=(X[val], y[val]))
+                diverged = est.n_diverged_chains_ > 0
+            except RuntimeError:            # diverged before storing a draw
+                diverged = True
+            if diverged:
+                score, chosen = float("inf"), args.passes
             else:
-                score, chosen = float(trace[-1]), args.passes
+                trace = est.eval_rmse_["draw" if method in OPTIMISERS else "mean"][0]
+                if method in OPTIMISERS:
+                    k = int(np.nanargmin(trace))
+                    score, chosen = float(trace[k]), k + 1
+                else:
+                    score, chosen = float(trace[-1]), args.passes
             log({"part": "tune", "method": method, "rho": rho, "prior_precision": prec,
-                 "val_rmse": round(score, 4), "passes": chosen})
-            if np.isfinite(score) and (best is None or score < best[0]):
-                best = (score, rho, prec, chosen)
-    return best[1:]
+                 "val_rmse": None if diverged else round(score, 4), "diverged": diverged,
+                 "passes": chosen})
+            candidates.append((score, rho, prec, chosen))
+    # Best first; the final fit falls back to the next one if it diverges.
+    return [c[1:] for c in sorted(candidates, key=lambda c: c[0]) if np.isfinite(c[0])]
 
 
 def _run_table(args, X, y, log):
@@ -159,13 +176,25 @@ def _run_table(args, X, y, log):
             continue
         for method in methods:
             t0 = time.perf_counter()
-            rho, prec, passes = _tuned_fit(method, args, X, y, train, args.seed + 100 * k + 1,
-                                           log)
+            ranked = _tuned_fit(method, args, X, y, train, args.seed + 100 * k + 1, log)
             t_tune = time.perf_counter() - t0
-            est = _estimator(method, args, args.seed + k, passes=passes, prior_precision=prec,
-                             learning_rate=_rate(rho, len(train), args.batch_size))
-            t0 = time.perf_counter()
-            est.fit(X[train], y[train])
+            for rho, prec, passes in ranked:
+                est = _estimator(method, args, args.seed + k, passes=passes,
+                                 prior_precision=prec,
+                                 learning_rate=_rate(rho, len(train), args.batch_size))
+                t0 = time.perf_counter()
+                try:
+                    with warnings.catch_warnings():
+                        warnings.simplefilter("ignore", ConvergenceWarning)
+                        est.fit(X[train], y[train])
+                    if est.n_diverged_chains_ == 0:
+                        break
+                except RuntimeError:
+                    pass
+                log({"part": "table", "fold": k, "method": method, "rho": rho,
+                     "diverged": True, "note": "final fit diverged; next-best setting"})
+            else:
+                raise RuntimeError(f"{method}: every tuned setting diverged on fold {k}.")
             wall = time.perf_counter() - t0
             r = _rmse(est.predict(X[test]), y[test])
             results[method].append(r)
@@ -278,13 +307,17 @@ def main():
     p.add_argument("--download", action="store_true", help="ml-100k: fetch it if not cached")
     p.add_argument("--gibbs-every", default="auto",
                    help="'auto' (the paper's 2,000 steps scaled by n), 'pass' or an int")
-    p.add_argument("--rho-grid", default="0.01,0.03",
+    p.add_argument("--rho-grid", default="0.005,0.01,0.02,0.03",
                    help="table: samplers' steps per rating tried on the validation split")
+    p.add_argument("--rho-grid-sgld", default="", help="table: SGLD's grid if not --rho-grid")
+    p.add_argument("--rho-grid-sghmc", default="", help="table: SG-HMC's grid if not --rho-grid")
     p.add_argument("--rho-grid-opt", default="0.01",
                    help="table: optimisers' steps per rating (SGD with momentum: / 10)")
     p.add_argument("--precision-grid", default="10,30",
                    help="table: optimisers' prior_precision (regulariser) tried")
     p.add_argument("--tune-passes", type=int, default=30)
+    p.add_argument("--tune-passes-opt", type=int, default=20,
+                   help="table: optimisers' tuning runs (early stopping picks the pass)")
     p.add_argument("--fold-indices", default="", help="table: only these folds (e.g. 0,1)")
     p.add_argument("--online-fit", type=float, default=0.8)
     p.add_argument("--online-test", type=float, default=0.1)
@@ -295,6 +328,8 @@ def main():
         args.gibbs_every = int(args.gibbs_every)
     args.rho_grid = [float(v) for v in args.rho_grid.split(",")]
     args.rho_grid_opt = [float(v) for v in args.rho_grid_opt.split(",")]
+    args.rho_grid_sgld = [float(v) for v in args.rho_grid_sgld.split(",") if v]
+    args.rho_grid_sghmc = [float(v) for v in args.rho_grid_sghmc.split(",") if v]
     args.precision_grid = [float(v) for v in args.precision_grid.split(",")]
     args.fold_indices = [int(v) for v in args.fold_indices.split(",") if v]
 
