@@ -306,7 +306,7 @@ def main():
                    "ml-100k.inter or u.data (default: the cache)")
     p.add_argument("--download", action="store_true", help="ml-100k: fetch it if not cached")
     p.add_argument("--gibbs-every", default="auto",
-                   help="'auto' (the paper's 2,000 steps scaled by n), 'pass' or an int")
+                   help="'auto', 'paper' (2,000 steps scaled by n), 'pass' or an int")
     p.add_argument("--rho-grid", default="0.005,0.01,0.02,0.03",
                    help="table: samplers' steps per rating tried on the validation split")
     p.add_argument("--rho-grid-sgld", default="", help="table: SGLD's grid if not --rho-grid")
@@ -321,10 +321,10 @@ def main():
     p.add_argument("--fold-indices", default="", help="table: only these folds (e.g. 0,1)")
     p.add_argument("--online-fit", type=float, default=0.8)
     p.add_argument("--online-test", type=float, default=0.1)
-    p.add_argument("--partial-passes", type=int, default=10)
+    p.add_argument("--partial-passes", type=int, default=20)
     p.add_argument("--online-rho", type=float, default=None)
     args = p.parse_args()
-    if args.gibbs_every not in ("auto", "pass"):
+    if args.gibbs_every not in ("auto", "paper", "pass"):
         args.gibbs_every = int(args.gibbs_every)
     args.rho_grid = [float(v) for v in args.rho_grid.split(",")]
     args.rho_grid_opt = [float(v) for v in args.rho_grid_opt.split(",")]

