@@ -242,3 +242,17 @@ def test_refresh_keeps_the_pool():
     prop = est.propose_subsample(rng, sub)
     assert est.refresh(prop).pool is sub.pool
     assert sub.pool.next == 1
+
+
+def test_continue_sampling_on_dask_equals_one_longer_fit():
+    """The proposal pool travels in the chain state: a dask fit continued equals
+    the in-memory fit continued and one longer fit, bit for bit."""
+    X, y = _data("logistic", n=8_000)
+    kw = dict(sampler=HMCECS(subsample_size=300), n_chains=1, n_warmup=40, n_draws=20,
+              random_state=2)
+    Xd = da.from_array(X, chunks=(3_000, 4))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        got = BayesianLogisticRegression(**kw).fit(Xd, y).continue_sampling(Xd, y, n_draws=15)
+        ref = BayesianLogisticRegression(**dict(kw, n_draws=35)).fit(X, y)
+    assert np.array_equal(got.coef_draws_, ref.coef_draws_)
