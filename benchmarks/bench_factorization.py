@@ -17,11 +17,13 @@ ratings, side by side in one run.
   form of Table 1.
 
 The samplers (``"sghmc"``, ``"sgld"``) resample the precisions by a Gibbs
-step after every pass over the ratings (the paper: every 2,000 minibatch
-steps) and start from ``n_init_passes`` passes of SGD with momentum; the
-optimisers hold the precisions at ``--sgd-precision`` (the paper picks the
-regulariser by cross-validation; the default is about where the samplers'
-Gibbs draws settle on standardised ratings).
+step on the ``--gibbs-every`` schedule (default "auto": the paper's 2,000
+minibatch steps scaled to n, but at least min(1000, passes) Gibbs steps a
+run, i.e. once per pass for these run lengths; "paper" drops that floor) and
+start from ``n_init_passes`` passes of SGD with momentum; in ``trace`` and
+``cv`` the optimisers hold the precisions at ``--sgd-precision`` (in
+``table`` the regulariser is chosen on a validation split, as the paper
+chose it by cross-validation).
 
 * ``timing``: seconds per pass of SGD and SG-HMC on the generated ratings
   (``--n-ratings 1000000``: the "10^6 ratings in minutes" check).

@@ -653,40 +653,50 @@ def _movielens():
         pytest.skip(f"MovieLens-100k not available: {exc}")
 
 
-#: Settings the benchmark chose on the validation split of fold 0's training
-#: part (benchmarks/results/factorization_ml100k.jsonl, "tune" lines): the
-#: step per rating ``rho`` (and for SGD the regulariser and the early-stopping
-#: pass).  The test fold below is fold 0's and never informed them.
-_ML100K_FOLD0 = {"sgd": dict(rho=0.01, prior_precision=10.0, passes=9),
-                 "sgld": dict(rho=0.03, passes=60), "sghmc": dict(rho=0.01, passes=60)}
+#: The settings ``bench_factorization.py --data ml-100k --parts table`` chose
+#: on the validation split (10%) of each training fold
+#: (benchmarks/results/factorization_ml100k.jsonl, "tune" lines): the step per
+#: rating ``rho``, and for SGD the regulariser and the early-stopping pass.
+#: The test folds never informed them.  SGLD's 0.03 diverged on fold 0's
+#: validation run, so 0.02 was chosen there.
+_ML100K_SETTINGS = {
+    "sgd": [dict(rho=0.01, prior_precision=10.0, passes=p) for p in (9, 7, 7, 7, 8)],
+    "sgld": [dict(rho=r, passes=40) for r in (0.02, 0.03, 0.03, 0.03, 0.03)],
+    "sghmc": [dict(rho=0.005, passes=40)] * 5,
+}
 
 
 @pytest.mark.slow
 def test_movielens_100k_table1_samplers_beat_sgd():
-    """Table 1 on real ratings (one of the benchmark's five folds): SGLD and
-    SG-HMC predictive RMSE at least 0.01 below the tuned SGD baseline's and
-    within 0.01 of each other (20 components, minibatches of 4,000, the
-    paper's Gibbs schedule scaled to n)."""
+    """Table 1 on real ratings, 5-fold CV (the benchmark's folds, seeds and
+    settings): SGLD and SG-HMC mean predictive RMSE at least 0.01 below the
+    tuned SGD baseline's and within 0.01 of each other (20 components,
+    minibatches of 4,000, default Gibbs schedule).  Measured: SGD 0.9264,
+    SGLD 0.9139, SG-HMC 0.9099."""
     X, y, _ = _movielens()
-    train, test = next(iter(KFold(5, shuffle=True, random_state=0).split(X)))
-    rmse = {}
-    for method, s in _ML100K_FOLD0.items():
-        warm = max(1, s["passes"] // 4)
-        est = BayesianMatrixFactorization(
-            n_components=20, sampler=method, n_warmup=warm, n_draws=s["passes"] - warm,
-            learning_rate=s["rho"] * 4000 / len(train), prior_precision=s.get("prior_precision"),
-            random_state=0).fit(X[train], y[train])
-        rmse[method] = float(np.sqrt(np.mean((est.predict(X[test]) - y[test]) ** 2)))
-    assert rmse["sgld"] <= rmse["sgd"] - 0.01, rmse
-    assert rmse["sghmc"] <= rmse["sgd"] - 0.01, rmse
-    assert abs(rmse["sgld"] - rmse["sghmc"]) <= 0.01, rmse
+    folds = list(KFold(5, shuffle=True, random_state=0).split(X))
+    rmse = {m: [] for m in _ML100K_SETTINGS}
+    for k, (train, test) in enumerate(folds):
+        for method, settings in _ML100K_SETTINGS.items():
+            s = settings[k]
+            warm = max(1, s["passes"] // 4)
+            est = BayesianMatrixFactorization(
+                n_components=20, sampler=method, n_warmup=warm, n_draws=s["passes"] - warm,
+                learning_rate=s["rho"] * 4000 / len(train),
+                prior_precision=s.get("prior_precision"), random_state=k)
+            est.fit(X[train], y[train])
+            rmse[method].append(np.sqrt(np.mean((est.predict(X[test]) - y[test]) ** 2)))
+    mean = {m: float(np.mean(v)) for m, v in rmse.items()}
+    assert mean["sgld"] <= mean["sgd"] - 0.01, rmse
+    assert mean["sghmc"] <= mean["sgd"] - 0.01, rmse
+    assert abs(mean["sgld"] - mean["sghmc"]) <= 0.01, rmse
 
 
 @pytest.mark.slow
 def test_movielens_100k_partial_fit_on_a_later_slice():
     """Ratings in time order: fit on the first 80%, ``partial_fit`` the next
     10%; the RMSE on the slice's users' ratings in the last 10% improves
-    (measured by the benchmark: 1.008 before, 0.952 after, 0.956 for a full
+    (measured by the benchmark: 0.994 before, 0.959 after, 0.972 for a full
     refit), with half of a refit's rating evaluations."""
     X, y, ts = _movielens()
     early, arrive, late = _time_slices(ts, fit=0.8, test=0.1)
