@@ -342,6 +342,13 @@ def _pass_on_block(shell, method, args, transforms, Xb, yb, wb):
     Xb, yb = transforms["X"](Xb), transforms["y"](yb)
     wb = None if wb is None else transforms["w"](wb)
     model = copy.copy(shell)
+    # A worker reuses one unpickled shell for all its tasks: a model that
+    # caches per-chunk results (the spline basis) must start empty per block
+    # (BasisGLM's copy already does, through its __getstate__; any model
+    # with a cache gets the same).
+    reset = getattr(model, "_reset_cache", None)
+    if reset is not None:
+        reset()
     # Fresh copies (also of theta): an array unpickled from a message sits at
     # whatever address its bytes had, often not even 8-byte aligned, and numpy
     # then multiplies without BLAS, summing in another order; numpy's own

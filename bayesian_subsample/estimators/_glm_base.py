@@ -100,9 +100,8 @@ class _GLMEstimator(SampledModelMixin, ArviZExportMixin, BaseEstimator):
         if not self._supports_dask:
             raise ValueError(
                 f"{type(self).__name__} does not take a dask array X; pass X.compute() (in "
-                "memory) or a numpy.memmap (dask.array.to_npy_stack), or use "
-                "BayesianLogisticRegression, BayesianPoissonRegressor or "
-                "BayesianLinearRegression, which fit dask arrays on the cluster.")
+                "memory) or a numpy.memmap (dask.array.to_npy_stack); the estimators "
+                "that fit dask arrays on the cluster are listed in doc/dask.rst.")
         X, y, sample_weight, classes = validate_dask_fit_data(
             self, X, y, sample_weight, self._y_numeric)
         y, sample_weight, y_transform = self._prepare_dask_target(

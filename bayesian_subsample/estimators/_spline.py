@@ -208,11 +208,6 @@ keep_partial_draws
         self.difference_prior_scale = difference_prior_scale
         self.knot_subsample = knot_subsample
 
-    #: The spline basis is expanded from the rows a model reads; its full
-    #: passes on a dask cluster are not written yet (predictions of a dask X
-    #: are, through the classifier's methods).
-    _supports_dask = False
-
     # ---------------------------------------------- hooks of _GLMEstimator
     def _check_hyperparameters(self):
         super()._check_hyperparameters()
