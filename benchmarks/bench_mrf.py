@@ -6,12 +6,12 @@ log-entries of sd 0.02 (see ``bayesian_subsample.models._mrf`` for why sd and
 not variance), so each Gibbs conditional is a sum over 4,851 pair terms
 (eq. 11).  Three parts, one JSON line per result:
 
-* ``truth``: long exact systematic-scan Gibbs chains (``--truth-chains`` x
-  ``--truth-draws`` scans); their pooled draws give the reference joint
-  distribution on ``M = 1600`` random 5-variable subsets.  The line reports
-  the chains' max split R-hat and min bulk ESS over variables, and the eq.
-  (12) distance between the first and the second half of the chains (the
-  Monte Carlo noise floor of the reference).
+* ``truth``: exact systematic-scan Gibbs chains (``--truth-chains`` of
+  ``--truth-draws`` scans, run in lockstep as two independent tasks); their
+  pooled draws give the reference joint distribution on ``M = 1600`` random
+  5-variable subsets.  The line reports the chains' max split R-hat and min
+  bulk ESS over variables, and the eq. (12) distance between the two tasks'
+  tables (the Monte Carlo noise floor of the reference).
 * ``conditionals`` (Figure 7): (x, i) pairs taken from the truth draws and
   stratified over the exact conditional probability ``p = P(x_i = 1 | x_-i)``;
   each pair's update is replayed ``--replays`` times with fresh ``u`` and
@@ -19,17 +19,18 @@ not variance), so each Gibbs conditional is a sum over 4,851 pair terms
   epsilon: the largest and mean ``|p_hat - p|`` over pairs, with the
   binomial standard error of ``p_hat``, and the mean terms per decision.
 * ``error`` (Figure 8): for exact Gibbs and each epsilon in
-  {0.01, 0.05, 0.1, 0.15, 0.2, 0.25} (mini-batches of 500 terms) one
-  systematic-scan chain from the same random start runs for
-  ``--seconds`` of CPU time (``time.process_time``: the machine may be
-  shared, and CPU time is what the paper's wall clock measured); at
-  log-spaced checkpoints the eq. (12) error
-  ``(1/M) sum_m || P_hat(X_{s_m}) - P(X_{s_m}) ||_1`` of the draws so far,
-  with the CPU seconds and the potential terms evaluated up to then.  Each
-  line also reports the scans done, terms per update, CPU seconds per scan
-  and the wall seconds.
+  {0.01, 0.05, 0.1, 0.15, 0.2, 0.25} (mini-batches of 500 terms),
+  ``--chains`` systematic-scan chains from the same random starts run in
+  lockstep in one process (``gibbs.step_chains``) for ``--seconds`` of CPU
+  time (``time.process_time``: the machine may be shared); after every scan
+  the eq. (12) error ``(1/M) sum_m || P_hat(X_{s_m}) - P(X_{s_m}) ||_1`` of
+  all chains' draws so far (its bookkeeping excluded from the clock), with
+  the CPU seconds and the potential terms evaluated up to then.  Each line
+  also reports CPU ms per chain and scan (and relative to exact), terms per
+  update, ns per term, and the CPU ms per scan of the one-chain kernel
+  (``gibbs.step``) for comparison.
 
-    nice -n 10 python benchmarks/bench_mrf.py --n-jobs 4 --output mrf.jsonl --plot mrf  # ~9 CPU-min
+    python benchmarks/bench_mrf.py --n-jobs 2 --output mrf.jsonl --plot mrf  # ~6 CPU-min
     python benchmarks/bench_mrf.py --quick                                   # ~1 min smoke
 
 ``--plot PREFIX`` writes ``PREFIX_conditionals.png`` (Figure 7) and
@@ -77,27 +78,41 @@ def eq12_error(tables, truth):
     return float(np.abs(tables - truth).sum(axis=1).mean())
 
 
+def _tables_of(draws, subsets):
+    """Joint tables (M, 2**k) of the subsets pooled over draws (n_chains, n_draws, D)."""
+    k = subsets.shape[1]
+    M = len(subsets)
+    counts = np.zeros(M * 2 ** k)
+    for c in range(0, draws.shape[0], 64):  # bounded memory
+        codes = _subset_codes(draws[c:c + 64].reshape(-1, draws.shape[-1]), subsets)
+        counts += np.bincount((codes + (np.arange(M) * 2 ** k)[None, :]).ravel(),
+                              minlength=M * 2 ** k)
+    return counts.reshape(M, 2 ** k) / (draws.shape[0] * draws.shape[1])
+
+
 def run_truth(mrf, args, subsets, out):
+    """Reference joint tables from exact Gibbs chains in lockstep (two independent halves)."""
     t0 = time.perf_counter()
+    n_tasks = 2
     res = GibbsSampler(n_chains=args.truth_chains, n_warmup=args.truth_warmup,
                        n_draws=args.truth_draws, random_state=args.seed + 1,
+                       chains_per_task=-(-args.truth_chains // n_tasks),
                        n_jobs=args.n_jobs).sample(mrf)
     wall = time.perf_counter() - t0
-    draws = res.draws.reshape(-1, mrf.n_variables)
-    k = subsets.shape[1]
-    truth = _subset_tables(_subset_codes(draws, subsets), k)
-    half = res.draws.shape[1] // 2
-    first = _subset_tables(_subset_codes(res.draws[:, :half].reshape(-1, mrf.n_variables),
-                                         subsets), k)
-    second = _subset_tables(_subset_codes(res.draws[:, half:].reshape(-1, mrf.n_variables),
-                                          subsets), k)
+    truth = _tables_of(res.draws, subsets)
+    half = args.truth_chains // 2  # the two tasks: independent of each other
+    first = _tables_of(res.draws[:half], subsets)
+    second = _tables_of(res.draws[half:], subsets)
     diag = res.diagnostics()
     _emit({"part": "truth", "chains": args.truth_chains, "draws": args.truth_draws,
-           "wall_seconds": round(wall, 1),
+           "warmup": args.truth_warmup, "wall_seconds": round(wall, 1),
+           "task_wall_seconds_summed": round(res.wall_time["warmup"]
+                                             + res.wall_time["sampling"], 1),
            "max_split_rhat": float(np.nanmax(diag["r_hat"])),
            "min_ess_bulk": float(np.nanmin(diag["ess_bulk"])),
            "median_ess_bulk": float(np.nanmedian(diag["ess_bulk"])),
            "half_vs_half_eq12": eq12_error(first, second),
+           "note": "half_vs_half_eq12: chains of one task vs the other's (independent)",
            "flips_per_scan": float(res.sample_stats["n_changed"].mean())}, out)
     return truth, res.draws
 
@@ -159,70 +174,128 @@ def _replay_updates(mrf, pairs, eps, batch_size, replays, seed):
     return np.array(p_true), np.array(p_hat), terms, time.process_time() - t0
 
 
-def _error_chain(mrf, x0, method, eps, batch_size, seconds, seed):
-    """One Figure 8 chain for ``seconds`` of CPU time: draws, CPU times, terms."""
+def _one_chain_timing(mrf, method, eps, batch_size, seconds, seed):
+    """CPU seconds per scan of the one-chain kernel (gibbs.step), for reference."""
     params = gibbs.GibbsParams(method, "systematic", eps, batch_size)
     rng = np.random.default_rng(seed)
-    state = gibbs.init(x0)
-    draws, times, terms = [], [], []
-    total_terms = 0
+    state = gibbs.init(rng.integers(0, 2, mrf.n_variables))
+    n = terms = 0
+    t0 = time.process_time()
+    while time.process_time() - t0 < seconds:
+        state, info = gibbs.step(rng, state, mrf, params)
+        n += 1
+        terms += info.n_terms_evaluated
+    return (time.process_time() - t0) / n, terms / (n * mrf.n_variables)
+
+
+def _error_run(mrf, X0, subsets, truth, method, eps, batch_size, seconds, seed):
+    """One Figure 8 run: K chains in lockstep for ``seconds`` of CPU time.
+
+    After every lockstep scan: the CPU seconds, the terms evaluated (all
+    chains) and the eq. (12) error of the pooled draws so far.
+    """
+    params = gibbs.GibbsParams(method, "systematic", eps, batch_size)
+    rng = np.random.default_rng(seed)
+    K = len(X0)
+    k = subsets.shape[1]
+    M = len(subsets)
+    offsets = (np.arange(M) * 2 ** k)[None, :]
+    counts = np.zeros(M * 2 ** k)
+    per_chain = np.zeros((K, M * 2 ** k), dtype=np.int32)  # each chain's own tables
+    chain_rows = np.arange(K)[:, None]
+    truth_flat = truth.ravel()
+    X = X0.copy()
+    times, terms, errors, changed, chain_errors = [], [], [], [], []
+    total_terms = n = 0
+    bench = 0.0  # CPU seconds spent on the error bookkeeping (excluded)
     t0, w0 = time.process_time(), time.perf_counter()
     while True:
-        state, info = gibbs.step(rng, state, mrf, params)
-        total_terms += info.n_terms_evaluated
-        draws.append(state.x)
-        now = time.process_time() - t0
+        X, info = gibbs.step_chains(rng, X, mrf, params)
+        now = time.process_time() - t0 - bench
+        b0 = time.process_time()
+        n += 1
+        total_terms += int(info.n_terms_evaluated.sum())
+        changed.append(float(info.n_changed.mean()))
+        cells = _subset_codes(X, subsets) + offsets
+        counts += np.bincount(cells.ravel(), minlength=M * 2 ** k)
+        per_chain[chain_rows, cells] += 1  # one cell per subset: no repeated index in a row
         times.append(now)
         terms.append(total_terms)
+        errors.append(eq12_error(counts.reshape(M, 2 ** k) / (n * K), truth))
+        # eq. (12) of each chain's own draws, averaged over chains (the paper's one-chain view)
+        chain_errors.append(float(np.abs(per_chain / n - truth_flat).sum() / (K * M)))
+        bench += time.process_time() - b0
         if now >= seconds:
             break
-    return np.array(draws), np.array(times), np.array(terms), time.perf_counter() - w0
+    return (np.array(times), np.array(terms), np.array(errors), float(np.mean(changed)),
+            time.perf_counter() - w0, np.array(chain_errors))
 
 
 def run_error_curves(mrf, truth, subsets, args, out):
-    """Figure 8: eq. (12) error against time for exact Gibbs and each epsilon.
+    """Figure 8: eq. (12) error against CPU time for exact Gibbs and each epsilon.
 
-    The chains run in parallel processes (``--n-jobs``); each is timed by its
-    own CPU clock, so the parallelism does not enter the timings.
+    Each method runs ``--chains`` chains in lockstep in one process from the
+    same random starts, for ``--seconds`` of its own CPU time (the methods
+    run in parallel processes, ``--n-jobs``; each is timed by its own CPU
+    clock).  The error is that of the draws of all chains pooled.
     """
-    D, k = mrf.n_variables, subsets.shape[1]
-    x0 = np.random.default_rng(args.seed + 2).integers(0, 2, D)
+    D = mrf.n_variables
+    X0 = np.random.default_rng(args.seed + 2).integers(0, 2, (args.chains, D)).astype(np.int8)
     methods = [("exact", 0.0)] + [("approximate", eps) for eps in EPSILONS]
     runs = Parallel(n_jobs=args.n_jobs)(
-        delayed(_error_chain)(mrf, x0, method, eps, args.batch_size, args.seconds,
-                              args.seed + 3)
+        delayed(_error_run)(mrf, X0, subsets, truth, method, eps, args.batch_size,
+                            args.seconds, args.seed + 3)
         for method, eps in methods)
+    one_chain = Parallel(n_jobs=args.n_jobs)(
+        delayed(_one_chain_timing)(mrf, method, eps, args.batch_size, args.one_chain_seconds,
+                                   args.seed + 5)
+        for method, eps in methods) if args.one_chain_seconds > 0 else [(None, None)] * 7
     curves = {}
-    for (method, eps), (draws, times, terms, wall) in zip(methods, runs):
-        codes = _subset_codes(draws, subsets)
-        n = len(draws)
-        checkpoints = np.unique(np.geomspace(10, n, 25).astype(int))
-        errors = [eq12_error(_subset_tables(codes[:c], k), truth) for c in checkpoints]
+    exact_per_scan = None
+    for (method, eps), (times, terms, errors, flips, wall, chain_errors), (oc_scan, _) in zip(
+            methods, runs, one_chain):
         name = "exact" if method == "exact" else f"eps={eps}"
-        curves[name] = (times[checkpoints - 1], terms[checkpoints - 1], np.array(errors))
-        # Error at common CPU times and term budgets, for side-by-side reading.
-        at, at_terms = {}, {}
+        curves[name] = (times, terms, errors)
+        n = len(times)
+        per_chain_scan = float(times[-1] / (n * args.chains))
+        if method == "exact":
+            exact_per_scan = per_chain_scan
+        at, at_terms, at_chain = {}, {}, {}
         for t_probe in args.probe_seconds:
-            j = int(np.searchsorted(times[checkpoints - 1], t_probe))
-            if j < len(checkpoints):
-                at[str(t_probe)] = round(errors[j], 4)
+            j = int(np.searchsorted(times, t_probe))
+            if j < n:
+                at[str(t_probe)] = round(float(errors[j]), 4)
+        for t_probe in args.probe_chain_ms:
+            # CPU time per chain: the run's time divided by the chains.
+            j = int(np.searchsorted(times / args.chains, t_probe / 1e3))
+            if j < n:
+                at_chain[str(t_probe)] = round(float(chain_errors[j]), 4)
         for t_probe in args.probe_terms:
-            j = int(np.searchsorted(terms[checkpoints - 1], t_probe))
-            if j < len(checkpoints):
-                at_terms[f"{t_probe:.0e}"] = round(errors[j], 4)
+            j = int(np.searchsorted(terms, t_probe))
+            if j < n:
+                at_terms[f"{t_probe:.0e}"] = round(float(errors[j]), 4)
+        tpu = float(terms[-1] / (n * args.chains * D))
+        checkpoints = np.unique(np.geomspace(1, n, 30).astype(int)) - 1
         _emit({"part": "error", "method": name, "epsilon": eps,
-               "batch_size": args.batch_size,
-               "scans": n, "cpu_seconds": round(float(times[-1]), 1),
+               "batch_size": args.batch_size, "chains": args.chains,
+               "scans_per_chain": n, "cpu_seconds": round(float(times[-1]), 1),
                "wall_seconds": round(wall, 1),
-               "cpu_seconds_per_scan": float(times[-1] / n),
-               "terms_per_update": float(terms[-1] / (n * D)),
-               "checkpoint_scans": checkpoints.tolist(),
-               "checkpoint_cpu_seconds": np.round(times[checkpoints - 1], 3).tolist(),
-               "checkpoint_terms": terms[checkpoints - 1].tolist(),
-               "eq12_error": np.round(errors, 4).tolist(),
+               "cpu_ms_per_chain_scan": round(1e3 * per_chain_scan, 3),
+               "relative_to_exact": round(per_chain_scan / exact_per_scan, 3),
+               "terms_per_update": round(tpu, 1),
+               "terms_fraction": round(tpu / float(mrf.terms_per_variable.mean()), 3),
+               "ns_per_term": round(1e9 * float(times[-1]) / float(terms[-1]), 2),
+               "flips_per_scan": round(flips, 2),
+               "one_chain_kernel_cpu_ms_per_scan": None if oc_scan is None
+               else round(1e3 * oc_scan, 2),
+               "checkpoint_cpu_seconds": np.round(times[checkpoints], 3).tolist(),
+               "checkpoint_terms": terms[checkpoints].tolist(),
+               "eq12_error": np.round(errors[checkpoints], 4).tolist(),
                "eq12_error_at_cpu_seconds": at,
                "eq12_error_at_terms": at_terms,
-               "final_eq12_error": round(errors[-1], 4)}, out)
+               "per_chain_eq12_error": np.round(chain_errors[checkpoints], 4).tolist(),
+               "per_chain_eq12_error_at_cpu_ms_per_chain": at_chain,
+               "final_eq12_error": round(float(errors[-1]), 4)}, out)
     return curves
 
 
@@ -231,6 +304,13 @@ def plot(prefix, conditionals, curves):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    if conditionals is not None:
+        _plot_conditionals(plt, prefix, conditionals)
+    if curves is not None:
+        _plot_curves(plt, prefix, curves)
+
+
+def _plot_conditionals(plt, prefix, conditionals):
     fig, ax = plt.subplots(figsize=(5, 5))
     ax.plot([0, 1], [0, 1], "k:", label="true probability")
     bins = np.linspace(0, 1, 11)
@@ -245,12 +325,14 @@ def plot(prefix, conditionals, curves):
     fig.tight_layout()
     fig.savefig(f"{prefix}_conditionals.png", dpi=120)
 
+
+def _plot_curves(plt, prefix, curves):
     fig, axes = plt.subplots(1, 2, figsize=(10, 4))
     for name, (t, terms, err) in curves.items():
         style = "k--" if name == "exact" else "-"
         axes[0].loglog(t, err, style, label=name)
         axes[1].loglog(terms, err, style, label=name)
-    axes[0].set_xlabel("CPU time (s)")
+    axes[0].set_xlabel("CPU time of the lockstep run (s)")
     axes[1].set_xlabel("potential terms evaluated")
     for ax in axes:
         ax.set_ylabel("eq. (12) average L1 error")
@@ -264,13 +346,21 @@ def main():
     ap.add_argument("--n-variables", type=int, default=100)
     ap.add_argument("--log-potential-sd", type=float, default=0.02)
     ap.add_argument("--subsets", type=int, default=1600, help="M in eq. (12)")
-    ap.add_argument("--truth-chains", type=int, default=4)
-    ap.add_argument("--truth-warmup", type=int, default=200)
-    ap.add_argument("--truth-draws", type=int, default=5000)
-    ap.add_argument("--seconds", type=float, default=45.0,
-                    help="CPU-time budget of each Figure 8 chain")
-    ap.add_argument("--probe-seconds", type=float, nargs="*", default=[2.0, 5.0, 10.0, 30.0])
-    ap.add_argument("--probe-terms", type=float, nargs="*", default=[3e7, 1e8, 3e8, 1e9])
+    ap.add_argument("--truth-chains", type=int, default=512,
+                    help="exact chains of the reference, run as two lockstep tasks")
+    ap.add_argument("--truth-warmup", type=int, default=100)
+    ap.add_argument("--truth-draws", type=int, default=200)
+    ap.add_argument("--chains", type=int, default=256,
+                    help="chains run in lockstep in each Figure 8 run")
+    ap.add_argument("--seconds", type=float, default=60.0,
+                    help="CPU-time budget of each Figure 8 run")
+    ap.add_argument("--one-chain-seconds", type=float, default=3.0,
+                    help="CPU seconds timing the one-chain kernel per method (0: skip)")
+    ap.add_argument("--probe-seconds", type=float, nargs="*",
+                    default=[2.0, 5.0, 10.0, 20.0, 40.0])
+    ap.add_argument("--probe-terms", type=float, nargs="*", default=[1e9, 3e9, 1e10, 3e10])
+    ap.add_argument("--probe-chain-ms", type=float, nargs="*", default=[5, 10, 20, 50, 100],
+                    help="CPU ms per chain at which to report each chain's own eq. (12) error")
     ap.add_argument("--batch-size", type=int, default=500)
     ap.add_argument("--pairs-per-bin", type=int, default=10)
     ap.add_argument("--replays", type=int, default=100)
@@ -284,10 +374,12 @@ def main():
     ap.add_argument("--plot", help="PNG file prefix (needs matplotlib)")
     args = ap.parse_args()
     if args.quick:
-        args.n_variables, args.truth_draws, args.truth_warmup = 30, 1500, 50
+        args.n_variables, args.truth_draws, args.truth_warmup = 30, 300, 50
+        args.truth_chains, args.chains, args.one_chain_seconds = 64, 32, 0.5
         args.seconds, args.pairs_per_bin, args.replays = 4.0, 3, 40
         args.subsets, args.batch_size = 200, 50
         args.probe_seconds, args.probe_terms = [0.5, 2.0], [1e6, 1e7]
+        args.probe_chain_ms = [5, 20]
     out = open(args.output, "a") if args.output else None
     t0 = time.perf_counter()
     mrf = BinaryMRF.random_triplet(args.n_variables, args.log_potential_sd,
@@ -305,7 +397,7 @@ def main():
         conditionals = run_conditionals(mrf, truth_draws, args, rng, out)
     if "error" in args.parts:
         curves = run_error_curves(mrf, truth, subsets, args, out)
-    if args.plot and conditionals is not None and curves is not None:
+    if args.plot:
         plot(args.plot, conditionals, curves)
     _emit({"part": "done", "total_seconds": round(time.perf_counter() - t0, 1)}, out)
 

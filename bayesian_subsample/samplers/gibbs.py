@@ -28,6 +28,14 @@ drawn first, then the updates run (the approximate test's reading orders
 come from the same generator afterwards), so the exact and the
 ``epsilon = 0`` approximate kernels make identical decisions from identical
 generator states.
+
+:func:`step_chains` / :func:`run_chains` run ``K`` chains of one process in
+lockstep: each update is one vectorised evaluation over the chains (exact)
+or one per look of the test over the chains whose test is still running
+(approximate), all chains' tests reading the same fresh random permutation
+of the terms.  The per-call cost of numpy is then shared by ``K`` chains and
+the time follows the terms evaluated, which is where the approximate
+sampler's saving (the paper's budget argument) can show in wall time.
 """
 
 from __future__ import annotations
