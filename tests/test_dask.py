@@ -87,6 +87,24 @@ def test_dask_fit_gives_the_in_memory_draws_bit_for_bit(client, kind):
         assert list(got.classes_) == ["no", "yes"]
 
 
+def test_softmax_on_dask(client):
+    """Three classes: the codes are made on the workers from the classes the
+    validation found; the same draws and probabilities as in memory."""
+    X, _ = _data("logistic", n=9_000, d=3)
+    y = np.array(["a", "b", "c"])[np.digitize(X[:, 0] + 0.5 * X[:, 1], [-0.5, 0.5])]
+    kw = dict(sampler=HMCECS(subsample_size=300), n_chains=1, n_warmup=40, n_draws=20,
+              random_state=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ref = BayesianLogisticRegression(**kw).fit(X, y)
+        got = BayesianLogisticRegression(**kw).fit(da.from_array(X, chunks=(4_000, 3)),
+                                                   da.from_array(y, chunks=4_000))
+    assert list(got.classes_) == ["a", "b", "c"]
+    assert np.array_equal(got.coef_draws_, ref.coef_draws_)
+    proba = got.predict_proba(da.from_array(X, chunks=(4_000, 3)))
+    np.testing.assert_array_equal(proba.compute(), ref.predict_proba(X))
+
+
 def test_float32_zarr_store_through_from_zarr(client, tmp_path):
     zarr = pytest.importorskip("zarr")
     X, y = _data("logistic", n=9_000)
@@ -201,8 +219,9 @@ def test_bad_dask_input_is_refused_before_sampling(client):
         clf.fit(da.from_array(X, chunks=1_000), y[:-1])
     with pytest.raises(ValueError, match="non-negative counts"):
         BayesianPoissonRegressor().fit(da.from_array(X, chunks=1_000), -np.ones(len(X)))
-    with pytest.raises(ValueError, match="only binary classification"):
-        clf.fit(da.from_array(X, chunks=1_000), np.arange(len(X)) % 3)
+    with pytest.raises(ValueError, match="positive weight"):
+        clf.fit(da.from_array(X, chunks=1_000), np.arange(len(X)) % 3,
+                sample_weight=(np.arange(len(X)) % 3 == 0).astype(float))
     with pytest.raises(ValueError, match="unknown chunk sizes"):
         Xd = da.from_array(X, chunks=1_000)
         clf.fit(Xd[Xd[:, 0] > 0], y[X[:, 0] > 0])

@@ -169,6 +169,19 @@ class EncodeBinary:
         return (np.asarray(y) == self.positive).astype(np.float64)
 
 
+class EncodeClasses:
+    """Labels as class codes ``0..K-1`` (intp), their positions in the sorted
+    ``classes`` (a picklable block transform)."""
+
+    dtype = np.dtype(np.intp)
+
+    def __init__(self, classes):
+        self.classes = np.asarray(classes)
+
+    def __call__(self, y):
+        return np.searchsorted(self.classes, np.asarray(y)).astype(np.intp)
+
+
 def validate_dask_fit_data(estimator, X, y, sample_weight, y_numeric):
     """Check a dask ``X`` and its ``y`` and weights with one dask computation.
 
@@ -445,7 +458,7 @@ def wrap_fit_data(X, y, sample_weight, address, y_transform=as_float64):
     transforms = {"X": as_fit_float, "y": y_transform, "w": as_float64}
     source = _DaskSource({"X": X, "y": y, "w": sample_weight}, transforms, address)
     source.dtypes = {"X": X.dtype if X.dtype in (np.float32, np.float64) else np.dtype("f8"),
-                     "y": np.dtype("f8"), "w": np.dtype("f8")}
+                     "y": np.dtype(getattr(y_transform, "dtype", "f8")), "w": np.dtype("f8")}
     return (DaskRows(source, "X"), DaskRows(source, "y"),
             None if sample_weight is None else DaskRows(source, "w"))
 

@@ -262,28 +262,25 @@ class BayesianLogisticRegression(ClassifierMixin, ClassifierPredictiveMixin, _GL
 
     def _prepare_dask_target(self, X, y, sample_weight, classes):
         """Dask labels: ``classes`` came from the validation's reduction; the
-        binary target is encoded lazily as ``y == classes_[1]`` (float64)."""
+        target is encoded block by block where it is read: ``y == classes_[1]``
+        (float64) for two classes, the class codes ``0..K-1`` for more."""
         if len(classes) < 2:
             raise ValueError(
                 "This solver needs samples of at least 2 classes in the data, but the data "
                 f"contains only one class: {classes[0]!r}.")
-        if len(classes) > 2:
-            raise ValueError(
-                f"y has {len(classes)} classes; with a dask array X only binary "
-                "classification is supported. Fit the softmax model on an in-memory array "
-                "or a numpy.memmap.")
-        from ._dask import EncodeBinary, _compute
+        from ._dask import EncodeBinary, EncodeClasses, _compute
 
         self.classes_ = classes
         if sample_weight is not None:
-            y_enc = (y == classes[1])
             pos = sample_weight > 0
-            both = _compute(self._dask_address, (pos & y_enc).any(), (pos & ~y_enc).any())
-            if not all(both):
+            present = _compute(self._dask_address, *((pos & (y == c)).any() for c in classes))
+            if sum(bool(p) for p in present) < 2:
                 raise ValueError(
                     "Only one class has positive sample_weight; this solver needs samples "
                     "of at least 2 classes with positive weight.")
-        return y, sample_weight, EncodeBinary(classes[1])
+        if len(classes) == 2:
+            return y, sample_weight, EncodeBinary(classes[1])
+        return y, sample_weight, EncodeClasses(classes)
 
     def _build_posterior(self, X, y, sample_weight):
         """Binary: the logistic GLM; ``K >= 3`` classes: the softmax one, whose

@@ -194,12 +194,16 @@ class MultinomialGLM(GLM):
     def __init__(self, X, y, n_classes, sample_weight=None, fit_intercept=True,
                  chunk_size=DEFAULT_CHUNK_SIZE):
         family = SoftmaxFamily(n_classes)
-        super().__init__(X, np.asarray(y, dtype=np.float64), family,
+        # A lazy y (a dask array, estimators/_dask.py) holds class codes made
+        # from the classes its validation found; it is read as int codes.
+        lazy = getattr(y, "lazy_rows", False)
+        super().__init__(X, y if lazy else np.asarray(y, dtype=np.float64), family,
                          sample_weight=sample_weight, fit_intercept=fit_intercept,
                          chunk_size=chunk_size)
-        family.validate_target(self.y)
-        # Integer codes: the likelihood indexes eta by class.
-        self.y = self.y.astype(np.intp)
+        if not lazy:
+            family.validate_target(self.y)
+            # Integer codes: the likelihood indexes eta by class.
+            self.y = self.y.astype(np.intp)
         self.n_classes = family.n_classes
 
     @property
