@@ -100,7 +100,7 @@ def test_hmc_ecs_full_data_mode_reproduces_hmc_path_for_path(small):
     """With theta* and the mass matrix fixed (no warm-up refinement) the
     full-data mode of HMC-ECS is the HMC transition itself."""
     from bayesian_subsample.samplers._hmc_family import _ECSAdapter, _FullDataAdapter
-    from bayesian_subsample.samplers import hmc
+    from bayesian_subsample.samplers import Prepared, hmc
     from bayesian_subsample.samplers.metric import metric_from_mass_matrix as mm
 
     X, y = small
@@ -112,8 +112,9 @@ def test_hmc_ecs_full_data_mode_reproduces_hmc_path_for_path(small):
     ecs = _ECSAdapter(HMCECS(), post)
     full = _FullDataAdapter(post)
     start = ex.theta_star + 0.1
-    s1, _ = ecs.init(np.random.default_rng(0), start, ex)
-    s2, _ = full.init(np.random.default_rng(0), start, ex)
+    prepared = Prepared(ex, 0, {"subsample_size": post.n_obs, "extra": {}})
+    s1, _ = ecs.init(np.random.default_rng(0), start, prepared)
+    s2, _ = full.init(np.random.default_rng(0), start, prepared)
     r1, r2 = np.random.default_rng(1), np.random.default_rng(1)
     for _ in range(20):
         s1, i1 = ecs.step(r1, s1, params)

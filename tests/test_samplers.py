@@ -13,7 +13,6 @@ from bayesian_subsample.samplers import HMC, HMCECS, hmc, hmc_ecs
 from bayesian_subsample.samplers.adaptation import (
     dual_averaging_init,
     dual_averaging_update,
-    refinement_schedule,
 )
 from bayesian_subsample.samplers.integrators import leapfrog
 from bayesian_subsample.samplers.metric import (
@@ -192,12 +191,6 @@ def test_dual_averaging_reaches_the_target_acceptance():
     assert 0.72 < np.mean(rates) < 0.9
 
 
-def test_refinement_schedule():
-    assert refinement_schedule(1000) == [50, 100, 200, 400, 700]
-    assert refinement_schedule(0) == []
-    assert all(a < b for a, b in zip(refinement_schedule(60), refinement_schedule(60)[1:]))
-
-
 # ------------------------------------------------------------------------------------
 # Long runs against an exactly known posterior: 2-D logistic regression by quadrature.
 
@@ -302,30 +295,3 @@ def test_naive_subsampling_fails_the_same_check(logistic_2d):
         chains.append(out[500:])
     with pytest.raises(AssertionError):
         _assert_matches(np.stack(chains), mean, sd)
-
-
-def test_auto_subsample_size_shrinks_without_a_new_reference_point():
-    """Draws spread far around theta* give a large first m; at a refinement
-    point with draws close to theta* m is re-chosen smaller even when theta*
-    itself is not refreshed.  A fixed subsample_size is left alone."""
-    from bayesian_subsample.samplers._hmc_family import _ECSAdapter
-
-    post = make_logistic(n=50_000, d=3, seed=4)
-    mode = post.mode()[0]
-    expansion = post.expand(mode)
-    sd = np.sqrt(np.diag(np.linalg.inv(expansion.neg_hessian)))
-    rng = np.random.default_rng(0)
-    near = mode + 0.5 * sd * rng.standard_normal((40, post.dim))
-    # A Laplace covariance 30^2 times too wide: the initial draws are far out.
-    wide = expansion._replace(neg_hessian=expansion.neg_hessian / 900.0)
-    for size, shrinks in (("auto", True), (20_000, False)):
-        adapter = _ECSAdapter(HMCECS(subsample_size=size, min_subsample_size=100), post)
-        state, _ = adapter.init(rng, mode, wide)
-        first = adapter.subsample_size
-        state, _ = adapter.recentre(rng, state, expansion, near, refined=False, final=False)
-        if shrinks:
-            assert first > 5 * adapter.subsample_size
-            assert adapter.subsample_size >= 100
-        else:
-            assert adapter.subsample_size == first == 20_000
-        assert np.isfinite(state.logdensity)

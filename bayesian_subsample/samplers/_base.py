@@ -29,8 +29,12 @@ class Prepared(NamedTuple):
 
     #: Taylor expansion around the first reference point theta*.
     expansion: Expansion
-    #: Per-observation evaluations spent (subset mode plus one full pass).
+    #: Per-observation evaluations spent (subset mode, the Newton passes and
+    #: any pilot).
     n_obs_evaluated: int
+    #: Sampler-specific tuning chosen once for all chains (HMC-ECS: the
+    #: subsample size or the block-Poisson parameters), or None.
+    tuning: object = None
 
 
 class ChainResult(NamedTuple):

@@ -5,8 +5,13 @@ Tuning follows Dang et al. (2019, §6.3):
 * the mass matrix ``M`` is the negative Hessian of the log posterior at the
   reference point theta* (dense by default, its diagonal optionally);
 * theta* starts at the posterior mode of a random subset of the data (1% by
-  default, §6.5) and, with ``M``, is re-estimated a few times during warm-up
-  as the mean of the recent warm-up draws (:func:`.adaptation.refinement_schedule`);
+  default, §6.5).  The paper re-estimates theta* and ``M`` a few times during
+  warm-up as the mean of the recent warm-up draws; here, instead, theta* is
+  moved to the full-data mode by Newton steps on all the data *once per
+  fit, before the chains start* (:func:`prepare_at_full_data_mode`), and
+  theta*, ``M`` and the control-variate sums are shared by all chains and
+  never recomputed in a chain (issue 15: every full pass once per fit).
+  Measured effect on the draws: see ``doc/hmc_ecs.rst``;
 * the step size is tuned by dual averaging to an average acceptance
   probability of 0.8 for a fixed trajectory length ``eps L = 1.2``, so the
   number of leapfrog steps is ``L = ceil(1.2 / eps)``;
@@ -17,13 +22,12 @@ Tuning follows Dang et al. (2019, §6.3):
   al., 2018): ``m = n^2 Q_75(V(theta)) / target_loglik_var`` with
   ``V(theta)`` the population variance of the differences
   ``d_k(theta) = ell_k - q_k`` estimated on a random pilot subset at 20
-  draws.  ``V`` is heavy-tailed across posterior draws (on the 81-parameter
-  spline model at n = 10^5 the largest of 40 was 8 to 37 times the median),
-  so a mean over 20 draws is dominated by the largest one and two chains
-  of one fit chose m = 1,400 and 15,600; the upper quartile is stable.  ``m`` is re-chosen at every
-  refinement of theta*, as the paper does for its bankruptcy example (§6.6:
-  62,000 at the first theta*, 1,000 after recalibration), and never falls
-  below ``min_subsample_size`` (default 1,000: ten observations per block, so
+  draws of the Laplace approximation around the shared theta*, once per fit
+  (shared by all chains).  ``V`` is heavy-tailed across posterior draws (on
+  the 81-parameter spline model at n = 10^5 the largest of 40 was 8 to 37
+  times the median), so a mean over 20 draws is dominated by the largest one;
+  the upper quartile is stable.  ``m`` never falls below
+  ``min_subsample_size`` (default 1,000: ten observations per block, so
   that the variance estimate (4.3) and the normal approximation behind (4.5)
   are reasonable) nor exceeds ``n``.
 """
@@ -52,8 +56,6 @@ from .adaptation import (
     dual_averaging_init,
     dual_averaging_update,
     find_reasonable_step_size,
-    refine_reference,
-    refinement_schedule,
 )
 from .chebyshev import chebyshev_times, constant_times, eigenvalue_range
 from .metric import metric_from_mass_matrix
@@ -85,7 +87,7 @@ class _FullDataAdapter:
         self.target = posterior.full_target()
         self.subsample_size = posterior.n_obs
 
-    def init(self, rng, position, expansion):
+    def init(self, rng, position, prepared):
         return hmc.init(position, self.target), self.target.n_obs_per_eval
 
     def target_at(self, state):
@@ -94,29 +96,27 @@ class _FullDataAdapter:
     def step(self, rng, state, params):
         return hmc.step(rng, state, self.target, params)
 
-    def recentre(self, rng, state, expansion, recent, refined, final):
-        return state, 0
-
     def snapshot(self):
         """What :meth:`restore` needs to continue a chain (nothing: no tuning)."""
         return None
 
+    def observe(self, rng, iteration, state, expansion):
+        """After warm-up iteration ``iteration``: nothing to adapt."""
+        return state, 0
+
     def restore(self, snapshot, expansion):
         pass
 
-    def wants_refresh(self):
-        """Whether theta* should be refreshed at a refinement point regardless
-        of how far the draws are from it (never, for full data)."""
-        return False
-
 
 class _ECSAdapter:
-    """Drives :mod:`.hmc_ecs` and re-centres its estimator during warm-up.
+    """Drives :mod:`.hmc_ecs` with the estimator of the shared tuning.
 
-    When the subsample would reach the data size (``m >= n`` after rounding
-    to whole blocks, e.g. any ``"auto"`` size on data of at most
-    ``min_subsample_size`` rows), drawing ``m`` rows with replacement would
-    only add noise and a ``-sigma2/2`` bias that the exact full-data
+    The subsample size ``m`` is chosen once per fit, in :meth:`HMCECS.prepare`
+    (shared by all chains); the chain builds its estimator around the shared
+    theta* with it.  When the subsample would reach the data size (``m >= n``
+    after rounding to whole blocks, e.g. any ``"auto"`` size on data of at
+    most ``min_subsample_size`` rows), drawing ``m`` rows with replacement
+    would only add noise and a ``-sigma2/2`` bias that the exact full-data
     posterior does not have.  The chain then runs the full-data HMC kernel
     (:func:`.hmc.step` on the exact target, the same transition as
     :class:`HMC`), the subsample update is skipped (reported as accepted, with
@@ -173,48 +173,18 @@ class _ECSAdapter:
             self.subsample_size = self.estimator.subsample_size
         self.extra = dict(snapshot["extra"])
 
-    def wants_refresh(self):
-        """An automatic ``m`` well above its floor asks for a new theta*.
-
-        A large ``m`` means large differences ``d_k`` at the current draws,
-        i.e. theta* may not be where the posterior is, even when the draws are
-        within the noise-discounted distance of it (in many dimensions with
-        rare events that distance can still cost tens of thousands of rows per
-        estimate).  A refresh costs one pass of ``n`` rows at each of at most
-        five refinement points, while an ``m`` too large by ``Delta m`` costs
-        ``Delta m (L + 1)`` rows in every one of the remaining iterations, so
-        the refresh pays for itself over a normal run whenever it lowers ``m``
-        appreciably; when it does not, at most five passes are spent.
-        """
-        cfg = self.config
-        return (cfg.subsample_size == "auto"
-                and self.subsample_size > 2 * cfg.min_subsample_size)
-
-    def _choose_m(self, rng, expansion, thetas):
-        cfg = self.config
-        n = self.posterior.n_obs
-        if cfg.subsample_size != "auto":
-            return int(cfg.subsample_size), 0
-        if n <= cfg.min_subsample_size:
-            return n, 0  # the floor is the whole data: no pilot needed
-        var, cost = self.posterior.difference_variance(expansion, thetas, rng)
-        required = n * n * float(np.quantile(var, 0.75)) / cfg.target_loglik_var
-        self.extra = {"required_subsample_size": required,
-                      "expected_loglik_var_at_min_size": required * cfg.target_loglik_var
-                      / max(1, min(n, cfg.min_subsample_size))}
-        m = int(min(n, max(min(n, cfg.min_subsample_size), math.ceil(required))))
-        return m, cost
-
-    def init(self, rng, position, expansion):
-        metric = metric_from_mass_matrix(expansion.neg_hessian, dense=False)
-        thetas = [position] + [expansion.theta_star + _laplace_offset(rng, metric)
-                               for _ in range(19)]
-        m, cost = self._choose_m(rng, expansion, thetas)
-        self._use_size(expansion, m)
+    def init(self, rng, position, prepared):
+        tuning = prepared.tuning
+        self.extra = dict(tuning["extra"])
+        self._use_size(prepared.expansion, tuning["subsample_size"])
         if self.estimator is None:
-            return self._full_state(position), cost + self.subsample_size
+            return self._full_state(position), self.subsample_size
         state = hmc_ecs.init(position, self.estimator, rng)
-        return state, cost + self.subsample_size
+        return state, self.subsample_size
+
+    def observe(self, rng, iteration, state, expansion):
+        """After warm-up iteration ``iteration``: the estimator is the shared one."""
+        return state, 0
 
     def target_at(self, state):
         if self.estimator is None:
@@ -233,63 +203,35 @@ class _ECSAdapter:
             info.energy_error, info.n_integration_steps, 1.0, True, 0.0,
             info.n_obs_evaluated)
 
-    def recentre(self, rng, state, expansion, recent, refined, final):
-        auto = self.config.subsample_size == "auto"
-        current = self.subsample_size
-        n = self.posterior.n_obs
-        if self.estimator is None and (not auto or n <= self.config.min_subsample_size):
-            return state, 0  # exact full data, whatever theta* is
-        # Without a new theta*, m is still re-chosen when it may shrink: the
-        # first m comes from draws around the subset mode and can be far
-        # larger than the posterior draws need (the paper's §6.6: 62,000
-        # at the first theta*, 1,000 later); a chain whose theta* never needs
-        # refreshing would otherwise keep it for the whole run.
-        if not refined and not (auto and current > self.config.min_subsample_size):
-            return state, 0
-        pick = np.linspace(0, len(recent) - 1, min(20, len(recent))).astype(int)
-        m, cost = self._choose_m(rng, expansion, recent[pick])
-        if not refined and m >= 0.8 * current:
-            return state, cost
-        if self.estimator is not None and (not auto or 0.8 * current <= m <= current):
-            self.estimator = self.estimator.recentre(expansion)
-            sub = self.estimator.refresh(state.subsample)
-        else:
-            was_full = self.estimator is None
-            self._use_size(expansion, m)
-            if self.estimator is None:
-                return (state, cost) if was_full else (self._full_state(state.position),
-                                                       cost + n)
-            sub = self.estimator.init_subsample(rng)
-        self.subsample_size = self.estimator.subsample_size
-        est = self.estimator.evaluate(state.position, sub)
-        new = hmc_ecs.HMCECSState(state.position, float(est.logdensity), est.grad, sub,
-                                  float(est.loglik_var))
-        return new, cost + self.subsample_size
-
 
 class _SignedECSAdapter(_ECSAdapter):
     """Signed HMC-ECS: the block-Poisson estimator (eq. 5.1) after the early warm-up.
 
-    The first part of warm-up, while theta* moves from the subset mode to the
-    posterior, runs the perturbed estimator (whose variance is easier to
-    control far from theta*).  At the last refinement point, with theta* and
-    the mass matrix final, ``lambda`` and ``a`` are tuned on the recent draws
-    (:func:`~bayesian_subsample.likelihood.tune_block_poisson`) and the chain
-    switches to the block-Poisson estimator, so the remaining warm-up adapts
-    the step size to the signed Hamiltonian.  Without refinement points (very
-    short warm-up) it starts signed, tuned on draws around theta*.
+    The first 70% of warm-up runs the perturbed estimator with the fit's
+    shared ``m`` (its variance is easier to control while the chain travels
+    from its Laplace start into the posterior).  Then ``lambda`` and ``a`` are
+    tuned on 20 of the chain's recent warm-up draws
+    (:func:`~bayesian_subsample.likelihood.tune_block_poisson`, a pilot of at
+    most 20,000 rows, not a full pass) and the chain switches to the
+    block-Poisson estimator, so the remaining warm-up adapts the step size to
+    the signed Hamiltonian.  On posteriors far from Gaussian (e.g. all-zero
+    Poisson counts) tuning at draws of the Laplace approximation instead left
+    the chain on a wall of the likelihood.  With a warm-up too short for the
+    switch (fewer than 8 iterations) it starts signed, with the shared tuning
+    at draws of the Laplace approximation.
     """
 
     stats = _SIGNED_STATS
 
-    def __init__(self, config, posterior, switch_at_refinement):
-        super().__init__(config, posterior)
-        self.switch_at_refinement = switch_at_refinement
-        self.extra = {}
-        self._signed_now = False
+    #: Fraction of warm-up after which the chain switches to the signed estimator.
+    SWITCH_FRACTION = 0.7
 
-    def wants_refresh(self):
-        return not self._signed_now and super().wants_refresh()
+    def __init__(self, config, posterior, n_warmup):
+        super().__init__(config, posterior)
+        self.switch_at = (int(round(self.SWITCH_FRACTION * n_warmup)) if n_warmup >= 8
+                          else None)
+        self.window = []
+        self._signed_now = False
 
     def snapshot(self):
         if not self._signed_now:
@@ -309,58 +251,79 @@ class _SignedECSAdapter(_ECSAdapter):
         self.extra = dict(snapshot["extra"])
         self._signed_now = True
 
-    def _signed(self, rng, position, expansion, thetas):
-        cfg = self.config
-        m = cfg.resolved_batch_size(self.posterior.n_obs)
-        tuned, cost = self.posterior.tune_block_poisson(
-            expansion, thetas, rng, m, cfg.target_loglik_var,
-            n_products=None if cfg.n_products == "auto" else int(cfg.n_products),
-            lower_bound=None if cfg.lower_bound == "auto" else float(cfg.lower_bound),
-            n_blocks=int(cfg.n_blocks))
-        lam = tuned["n_products"]
-        kappa = max(1, int(round(lam / cfg.n_blocks)))
+    def _go_signed(self, rng, position, expansion, tuning):
+        self.extra = dict(tuning["extra"])
         self.estimator = self.posterior.block_poisson_estimator(
-            expansion, m, lam, tuned["lower_bound"], kappa)
+            expansion, tuning["batch_size"], tuning["n_products"], tuning["lower_bound"],
+            tuning["n_refresh"])
         self.subsample_size = self.estimator.subsample_size
         self._signed_now = True
-        self.extra = {"n_products": lam, "lower_bound": tuned["lower_bound"],
-                      "n_refresh": kappa, "batch_size": m,
-                      "expected_tau": tuned["tau"], "expected_loglik_var": tuned["loglik_var"],
-                      "tuning_feasible": tuned["feasible"]}
+        position = np.array(position, dtype=float)
         sub = self.estimator.init_subsample(rng)
         est = self.estimator.evaluate(position, sub)
         state = hmc_ecs.HMCECSState(position, float(est.logdensity), est.grad, sub,
                                     float(est.loglik_var), float(est.sign))
-        return state, cost + self.estimator.n_rows(sub)
+        return state, self.estimator.n_rows(sub)
 
-    def init(self, rng, position, expansion):
-        if self.switch_at_refinement:
-            return super().init(rng, position, expansion)
-        metric = metric_from_mass_matrix(expansion.neg_hessian, dense=False)
-        thetas = [position] + [expansion.theta_star + _laplace_offset(rng, metric)
-                               for _ in range(19)]
-        return self._signed(rng, np.array(position, dtype=float), expansion, thetas)
+    def init(self, rng, position, prepared):
+        if self.switch_at is not None:
+            return super().init(rng, position,
+                                prepared._replace(tuning=prepared.tuning["perturbed"]))
+        return self._go_signed(rng, position, prepared.expansion, prepared.tuning["signed"])
 
-    def recentre(self, rng, state, expansion, recent, refined, final):
-        if not final:
-            return super().recentre(rng, state, expansion, recent, refined, final)
-        pick = np.linspace(0, len(recent) - 1, min(20, len(recent))).astype(int)
-        return self._signed(rng, state.position, expansion, recent[pick])
+    def observe(self, rng, iteration, state, expansion):
+        """Record warm-up draws; at the switch point tune and go signed."""
+        if self._signed_now or self.switch_at is None:
+            return state, 0
+        done = iteration + 1
+        if done > self.switch_at // 2:
+            self.window.append(state.position)
+        if done != self.switch_at:
+            return state, 0
+        recent = np.asarray(self.window)
+        pick = np.linspace(0, len(recent) - 1, min(_N_PILOT_DRAWS, len(recent))).astype(int)
+        tuning, cost = self.config._tune_signed(rng, self.posterior, expansion,
+                                                list(recent[pick]))
+        self.window = []
+        state, rows = self._go_signed(rng, state.position, expansion, tuning)
+        return state, cost + rows
+
+
+#: Draws of the Laplace approximation at which the shared pilot of HMC-ECS
+#: measures the variance of the differences (the auto ``m``) or tunes the
+#: block-Poisson estimator.
+_N_PILOT_DRAWS = 20
+
+
+def subset_mode(config, rng, posterior):
+    """The first theta*: the posterior mode of a random subset (Dang et al., §6.5).
+
+    The subset has ``reference_fraction * n_obs`` observations (at least
+    2,000, or all of them for small data); its log-likelihood is scaled by
+    ``n_obs / subset size``.  Returns ``(theta, n_obs_evaluated)``.
+    """
+    n = posterior.n_obs
+    n_sub = max(2000, math.ceil(config.reference_fraction * n))
+    idx = None if n_sub >= n else np.sort(rng.choice(n, n_sub, replace=False))
+    return posterior.mode(idx=idx)
 
 
 def prepare_at_full_data_mode(config, rng, posterior):
-    """theta* at the full-data posterior mode, with its Taylor expansion.
+    """The shared theta*: the subset mode refined by Newton steps on all the data.
 
-    The HMC samplers' subset mode (:meth:`_HMCFamily.prepare`) refined by
-    Newton steps on all the data.  For samplers that move diffusively (random
-    walk MH, piecewise-deterministic processes) the ``sqrt(1 / fraction)``
-    posterior sd between the subset mode and the posterior would take a long
-    warm-up to cross; a few full passes cost less.
+    Done once per fit, before the chains are dispatched, with every pass a map
+    over chunks on the active joblib backend.  The Newton steps stop within
+    about 0.1 posterior sd of the full-data mode (decrement ``<= 0.01``, see
+    :meth:`~bayesian_subsample.likelihood.TallPosterior.reference_expansion`):
+    one or two order-2 passes from the subset mode on tall data, against the
+    one pass per chain and refinement point the chains used to spend moving
+    theta* to their own warm-up draws.  The expansion at theta* (control
+    variates and mass matrix) is the one of the last Newton iterate, so no
+    pass is repeated.
     """
-    rough = _HMCFamily.prepare(config, rng, posterior)
-    theta, cost = posterior.mode(theta0=rough.expansion.theta_star)
-    expansion = posterior.expand(theta, config._taylor_order())
-    return Prepared(expansion, rough.n_obs_evaluated + cost + expansion.n_obs_evaluated)
+    theta0, cost = subset_mode(config, rng, posterior)
+    expansion, cost_newton, _ = posterior.reference_expansion(theta0, config._taylor_order())
+    return Prepared(expansion, cost + cost_newton)
 
 
 class _HMCFamily(SamplerConfig):
@@ -398,18 +361,12 @@ class _HMCFamily(SamplerConfig):
             check_positive_int(self.chebyshev_cycle, "chebyshev_cycle")
 
     def prepare(self, rng, posterior):
-        """Reference point theta* from a random subset and one full pass at it.
+        """The shared theta* and its expansion (:func:`prepare_at_full_data_mode`).
 
-        The subset has ``reference_fraction * n_obs`` observations (at least
-        2,000, or all of them for small data); its posterior mode, with the
-        log-likelihood scaled by ``n_obs / subset size``, is the first theta*.
+        Done once per fit and shared by all chains: theta*, the control
+        variates' sums and the mass matrix never change during the chains.
         """
-        n = posterior.n_obs
-        n_sub = max(2000, math.ceil(self.reference_fraction * n))
-        idx = None if n_sub >= n else np.sort(rng.choice(n, n_sub, replace=False))
-        theta_star, cost = posterior.mode(idx=idx)
-        expansion = posterior.expand(theta_star, self._taylor_order())
-        return Prepared(expansion, cost + expansion.n_obs_evaluated)
+        return prepare_at_full_data_mode(self, rng, posterior)
 
     def _taylor_order(self):
         return 2
@@ -460,7 +417,7 @@ class _HMCFamily(SamplerConfig):
             expansion = prepared.expansion
             metric = metric_from_mass_matrix(expansion.neg_hessian, self.mass_matrix == "dense")
             position = expansion.theta_star + _laplace_offset(rng, metric)
-            state, n_eval_init = adapter.init(rng, position, expansion)
+            state, n_eval_init = adapter.init(rng, position, prepared)
             if isinstance(self.step_size, str):
                 eps, k = find_reasonable_step_size(
                     rng, adapter.target_at(state), state.position, state.logdensity,
@@ -468,7 +425,7 @@ class _HMCFamily(SamplerConfig):
                 n_eval_init += k * adapter.subsample_size
             else:
                 eps = float(self.step_size)
-            adapt = _HMCAdapt(eps, dual_averaging_init(eps), metric, expansion, [], np.inf, 0)
+            adapt = _HMCAdapt(eps, dual_averaging_init(eps), metric, expansion)
             out = run(_HMCChain(self, adapter, posterior, n_warmup, n_draws), rng, state, adapt,
                       n_warmup, n_draws, posterior.dim, callback=callback, stop=stop,
                       n_done_before=n_warmup, t_start=t_start)
@@ -480,7 +437,7 @@ class _HMCFamily(SamplerConfig):
             n_integration_steps=adapt.n_integration_steps,
             inverse_mass_matrix=adapt.metric.inverse_mass_matrix,
             theta_star=np.asarray(adapt.expansion.theta_star),
-            subsample_size=int(adapter.subsample_size), n_refinements=adapt.n_refinements,
+            subsample_size=int(adapter.subsample_size), n_refinements=0,
             extra=dict(getattr(adapter, "extra", {})),
             resume=({"state": out.state, "adapt": adapt, "iteration": offset + out.n_done,
                      "adapter": snapshot} if out.warmup_complete else None))
@@ -493,13 +450,8 @@ class _HMCAdapt(NamedTuple):
     #: :class:`.adaptation.DualAveragingState`.
     da: object
     metric: object
+    #: The shared Taylor expansion at theta* (fixed for the fit).
     expansion: object
-    #: Warm-up positions since the last refresh of theta* (an append-only
-    #: buffer shared between successive states; replaced, never cleared).
-    window: list
-    #: Draws behind the mean that is theta* (``inf``: the subset mode).
-    centre_draws: float
-    n_refinements: int
     #: Set at the end of warm-up: L for the fixed trajectory length and the
     #: post-warm-up integration times (None: fixed).
     n_integration_steps: int = 0
@@ -509,12 +461,13 @@ class _HMCAdapt(NamedTuple):
 class _HMCChain(ChainDefaults):
     """HMC, HMC-ECS and signed HMC-ECS as a :class:`._driver.Chain`.
 
-    Warm-up (Dang et al., 2019, §6.3): dual averaging of the step size at
-    every iteration and, at the points of :func:`.adaptation.refinement_schedule`,
-    the shared theta* rule :func:`.adaptation.refine_reference` (inefficiency
-    2, the sampler's Taylor order, forced while HMC-ECS's automatic ``m`` is
-    well above its floor), a new mass matrix and a restart of dual averaging
-    when theta* moved; the adapter re-centres its estimator.
+    Warm-up: dual averaging of the step size at every iteration (Hoffman and
+    Gelman, 2014).  theta*, the control variates and the mass matrix are the
+    fit's shared ones (:func:`prepare_at_full_data_mode`): Dang et al.
+    (2019, §6.3) re-estimate theta* and ``M`` from the warm-up draws because
+    their first theta* is a subset mode about ``sqrt(1 / fraction)`` sd away;
+    here the Newton steps on all the data already moved it to the full-data
+    mode, once for all chains, so no chain makes a full pass of its own.
     """
 
     def __init__(self, config, adapter, posterior, n_warmup, n_draws):
@@ -524,10 +477,6 @@ class _HMCChain(ChainDefaults):
         self.stats = adapter.stats
         self.adapt_step = isinstance(config.step_size, str)
         self.threshold = float(config.divergence_threshold)
-        self.dense = config.mass_matrix == "dense"
-        points = refinement_schedule(n_warmup)
-        self.schedule = set(points)
-        self.last_point = max(points) if points else None
         self.n_warmup, self.n_draws = n_warmup, n_draws
 
     def step(self, rng, state, params):
@@ -552,34 +501,18 @@ class _HMCChain(ChainDefaults):
         return {"lp": state.logdensity, "step_size": params.step_size}
 
     def update(self, rng, adapt, iteration, state, info):
-        da, eps = adapt.da, adapt.step_size
         if self.adapt_step:
-            da = dual_averaging_update(da, info.acceptance_rate, self.config.target_accept)
-            eps = math.exp(da.log_step_size)
-        adapt.window.append(state.position)
-        adapt = adapt._replace(da=da, step_size=eps)
-        if iteration + 1 not in self.schedule:
-            return adapt, state, 0
-        ref = refine_reference(self.posterior, adapt.expansion, adapt.window,
-                               adapt.centre_draws, inefficiency=2.0,
-                               taylor_order=self.config._taylor_order(),
-                               force=self.adapter.wants_refresh())
-        if ref.refined:
-            adapt = adapt._replace(
-                expansion=ref.expansion, centre_draws=ref.centre_draws,
-                metric=metric_from_mass_matrix(ref.expansion.neg_hessian, self.dense),
-                n_refinements=adapt.n_refinements + 1, window=[],
-                da=dual_averaging_init(eps) if self.adapt_step else da)
-        state, cost = self.adapter.recentre(rng, state, adapt.expansion, ref.recent,
-                                            ref.refined, iteration + 1 == self.last_point)
-        return adapt, state, ref.n_obs_evaluated + cost
+            da = dual_averaging_update(adapt.da, info.acceptance_rate,
+                                       self.config.target_accept)
+            adapt = adapt._replace(da=da, step_size=math.exp(da.log_step_size))
+        state, cost = self.adapter.observe(rng, iteration, state, adapt.expansion)
+        return adapt, state, cost
 
     def final(self, rng, adapt, state, complete):
         eps = adapt.step_size
         if self.adapt_step and self.n_warmup > 0:
             eps = math.exp(adapt.da.log_step_size_avg)
-        adapt = adapt._replace(step_size=eps, n_integration_steps=self.config._n_steps(eps),
-                               window=[])
+        adapt = adapt._replace(step_size=eps, n_integration_steps=self.config._n_steps(eps))
         if complete:
             adapt = adapt._replace(times=self.config._integration_schedule(
                 rng, adapt.expansion, adapt.metric, self.n_draws))
@@ -674,8 +607,8 @@ class HMCECS(_HMCFamily):
     ----------
     subsample_size : "auto" or int, default="auto"
         ``m``.  ``"auto"`` targets a log-likelihood estimator variance of
-        ``target_loglik_var`` at draws around theta*, re-chosen as theta* is
-        refined during warm-up (see the module notes).  An integer is rounded
+        ``target_loglik_var`` at draws of the Laplace approximation around
+        the shared theta*, chosen once per fit (see the module notes).  An integer is rounded
         up to a multiple of ``n_blocks`` and must not exceed the data size.
         Whenever ``m`` (after rounding) reaches the data size ``n`` -- for
         ``"auto"`` always when ``n <= min_subsample_size`` -- the chain runs
@@ -705,7 +638,8 @@ class HMCECS(_HMCFamily):
         Signed only: ``lambda``, the number of Poisson products.  ``"auto"``
         (at least 10) minimises ``lambda m / ((2 tau - 1)^2 alpha_u)`` subject to
         a variance of ``log |L_hat|`` of at most ``target_loglik_var``, with the
-        worst ``tau`` and variance over 20 posterior draws at the end of warm-up
+        worst ``tau`` and variance over 20 of the chain's draws at 70% of
+        warm-up, when it switches to the signed estimator
         (see :func:`bayesian_subsample.likelihood.tune_block_poisson`).  One product
         in ``n_blocks`` is redrawn per iteration (at least one), so
         ``rho ~ 1 - 1/n_blocks`` as for the perturbed estimator.
@@ -796,10 +730,65 @@ integration_time, chebyshev_cycle
                        "Use a smaller subsample_size, subsample_size='auto', or the "
                        "full-data sampler='hmc'.")
 
+    def prepare(self, rng, posterior):
+        """The shared theta*, mass matrix and control variates, and the shared pilot.
+
+        After :func:`prepare_at_full_data_mode`, the estimator's tuning is
+        chosen once for all chains at ``20`` draws of the Laplace
+        approximation ``N(theta*, M^{-1})``: the subsample size ``m`` (module
+        notes) and, for ``estimator="signed"``, also ``lambda`` and ``a`` of
+        the block-Poisson estimator (used when warm-up is too short for the
+        chain's own switch, see :class:`_SignedECSAdapter`).  The result is
+        in ``Prepared.tuning``.
+        """
+        prepared = prepare_at_full_data_mode(self, rng, posterior)
+        ex = prepared.expansion
+        metric = metric_from_mass_matrix(ex.neg_hessian, dense=True)
+        thetas = [ex.theta_star + _laplace_offset(rng, metric) for _ in range(_N_PILOT_DRAWS)]
+        tuning, cost = self._choose_m(rng, posterior, ex, thetas)
+        if self.estimator == "signed":
+            signed, cost_signed = self._tune_signed(rng, posterior, ex, thetas)
+            tuning, cost = {"perturbed": tuning, "signed": signed}, cost + cost_signed
+        return prepared._replace(n_obs_evaluated=prepared.n_obs_evaluated + cost,
+                                 tuning=tuning)
+
+    def _choose_m(self, rng, posterior, expansion, thetas):
+        """``m`` for a log-likelihood estimator variance of about ``target_loglik_var``
+        at the upper quartile of ``V(theta)`` over ``thetas`` (module notes)."""
+        n = posterior.n_obs
+        if self.subsample_size != "auto":
+            return {"subsample_size": int(self.subsample_size), "extra": {}}, 0
+        if n <= self.min_subsample_size:
+            return {"subsample_size": n, "extra": {}}, 0  # the floor is all the data
+        var, cost = posterior.difference_variance(expansion, thetas, rng)
+        required = n * n * float(np.quantile(var, 0.75)) / self.target_loglik_var
+        extra = {"required_subsample_size": required,
+                 "expected_loglik_var_at_min_size": required * self.target_loglik_var
+                 / max(1, min(n, self.min_subsample_size))}
+        m = int(min(n, max(min(n, self.min_subsample_size), math.ceil(required))))
+        return {"subsample_size": m, "extra": extra}, cost
+
+    def _tune_signed(self, rng, posterior, expansion, thetas):
+        """``lambda``, ``a`` and the refresh count of the block-Poisson estimator."""
+        m = self.resolved_batch_size(posterior.n_obs)
+        tuned, cost = posterior.tune_block_poisson(
+            expansion, thetas, rng, m, self.target_loglik_var,
+            n_products=None if self.n_products == "auto" else int(self.n_products),
+            lower_bound=None if self.lower_bound == "auto" else float(self.lower_bound),
+            n_blocks=int(self.n_blocks))
+        lam = tuned["n_products"]
+        kappa = max(1, int(round(lam / self.n_blocks)))
+        extra = {"n_products": lam, "lower_bound": tuned["lower_bound"], "n_refresh": kappa,
+                 "batch_size": m, "expected_tau": tuned["tau"],
+                 "expected_loglik_var": tuned["loglik_var"],
+                 "tuning_feasible": tuned["feasible"]}
+        return {"batch_size": m, "n_products": lam, "lower_bound": tuned["lower_bound"],
+                "n_refresh": kappa, "extra": extra}, cost
+
     def run_chain(self, rng, posterior, prepared, n_warmup, n_draws, callback=None, stop=None,
                   resume=None):
         if self.estimator == "signed":
-            adapter = _SignedECSAdapter(self, posterior, bool(refinement_schedule(n_warmup)))
+            adapter = _SignedECSAdapter(self, posterior, n_warmup)
         else:
             adapter = _ECSAdapter(self, posterior)
         return self._run(adapter, rng, posterior, prepared, n_warmup, n_draws, callback, stop,

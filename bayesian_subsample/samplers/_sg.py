@@ -4,10 +4,9 @@ Both follow the set-up of Dang et al. (2019, §6.2-6.4) for the competitors of
 HMC-ECS:
 
 * the reference point theta* is the posterior mode of a random subset of the
-  data followed by one full pass at it (exactly the HMC family's ``prepare``,
-  which is reused, not copied); theta* and the mass matrix are refreshed
-  during warm-up by the same rule as for HMC (one more full pass, only when
-  the recent draws are more than about one posterior sd away);
+  data refined by Newton steps on all the data, once per fit and shared by
+  all chains (exactly the HMC family's ``prepare``, which is reused, not
+  copied); no chain makes a full pass of its own;
 * the gradient is estimated on a fresh minibatch of ``subsample_size``
   distinct rows, by default with the second-order Taylor control variates
   (:meth:`~bayesian_subsample.likelihood.TallPosterior.gradient_estimator`);
@@ -83,8 +82,7 @@ from ._base import (
     check_rows,
 )
 from ._driver import BASE_STATS, ChainDefaults, run
-from ._hmc_family import _HMCFamily
-from .adaptation import refine_reference, refinement_schedule
+from ._hmc_family import prepare_at_full_data_mode
 from .chebyshev import eigenvalue_range
 from .metric import Metric, metric_from_mass_matrix, sample_momentum
 
@@ -195,13 +193,11 @@ class _SGFamily(SamplerConfig):
     # --------------------------------------------------------- preparation
     #: theta* from the posterior mode of a random subset plus one full pass: the
     #: HMC family's preparation, shared rather than duplicated.
-    _prepare_reference = _HMCFamily.prepare
-
     def _taylor_order(self):
         return 2
 
     def prepare(self, rng, posterior):
-        """Reference point theta* (subset mode, one full pass) and bias warnings.
+        """The shared theta* (:func:`._hmc_family.prepare_at_full_data_mode`) and bias warnings.
 
         Also predicts the bias of the fixed-step chain from the Hessian at
         theta* and the gradient-noise covariance at a few draws from the
@@ -209,7 +205,7 @@ class _SGFamily(SamplerConfig):
         posterior standard deviations are more than 10% too large.
         """
         self.validate(posterior.n_obs)
-        prepared = self._prepare_reference(rng, posterior)
+        prepared = prepare_at_full_data_mode(self, rng, posterior)
         ex = prepared.expansion
         metric = self._metric(ex)
         eps, _ = self._step(ex, metric)
@@ -231,17 +227,9 @@ class _SGFamily(SamplerConfig):
     def _lambda_max(self, expansion, metric):
         return float(eigenvalue_range(expansion.neg_hessian, metric.inverse_mass_matrix)[1])
 
-    def _step(self, expansion, metric, earlier=()):
-        """``(eps, lambda_max)``: the fixed or default step size (module notes).
-
-        ``earlier``: negative Hessians at previous reference points of this
-        chain; ``lambda_max`` is the largest curvature, in the current metric,
-        at any of them and at theta*, so that moving theta* to where the
-        posterior is flatter never makes the step unstable where it was stiff.
-        """
-        lam = max([self._lambda_max(expansion, metric)]
-                  + [float(eigenvalue_range(H, metric.inverse_mass_matrix)[1])
-                     for H in earlier])
+    def _step(self, expansion, metric):
+        """``(eps, lambda_max)``: the fixed or default step size (module notes)."""
+        lam = self._lambda_max(expansion, metric)
         if isinstance(self.step_size, str):
             return self._auto_step(lam), lam
         return float(self.step_size), lam
@@ -302,8 +290,8 @@ class _SGFamily(SamplerConfig):
             # gradient estimator holds the data, so it is rebuilt around theta*.
             t_start, expansion, state = None, resume["expansion"], resume["state"]
             adapt = _SGAdapt(resume["kernel"], self._estimator(posterior, expansion), expansion,
-                             [], np.inf, resume["n_refinements"], extra=dict(resume["extra"]))
-            chain = _SGChain(self, posterior, None, None, 0)
+                             [], extra=dict(resume["extra"]))
+            chain = _SGChain(self, None, None)
         else:
             t_start = time.perf_counter()
             expansion = prepared.expansion
@@ -318,9 +306,8 @@ class _SGFamily(SamplerConfig):
                 # the mode instead, which every update then keeps inside it.
                 position = np.array(expansion.theta_star, dtype=float)
             kernel, state = self._new_kernel(rng, position, expansion, metric, eps, hess_metric)
-            adapt = _SGAdapt(kernel, estimator, expansion, [], np.inf, 0,
-                             seen=(expansion.neg_hessian,))
-            chain = _SGChain(self, posterior, metric, hess_metric, n_warmup)
+            adapt = _SGAdapt(kernel, estimator, expansion, [])
+            chain = _SGChain(self, metric, hess_metric)
         out = run(chain, rng, state, adapt, n_warmup, n_draws, posterior.dim, callback=callback,
                   stop=stop, warm_up=resume is None,
                   n_done_before=0 if resume is not None else n_warmup, t_start=t_start)
@@ -330,10 +317,10 @@ class _SGFamily(SamplerConfig):
             n_draws, step_size=float(kernel.step_size), n_integration_steps=int(kernel.n_steps),
             inverse_mass_matrix=kernel.metric.inverse_mass_matrix,
             theta_star=np.asarray(a.expansion.theta_star),
-            subsample_size=int(a.estimator.subsample_size), n_refinements=a.n_refinements,
+            subsample_size=int(a.estimator.subsample_size), n_refinements=0,
             extra=a.extra,
             resume=({"kernel": kernel, "state": out.state, "expansion": a.expansion,
-                     "n_refinements": a.n_refinements, "extra": a.extra}
+                     "extra": a.extra}
                     if out.warmup_complete else None))
 
 
@@ -342,19 +329,15 @@ class _SGAdapt(NamedTuple):
 
     #: ``_SGLDKernel`` or ``_SGHMCKernel``: step size, metric and move guard.
     kernel: object
-    #: The gradient estimator (its control variates follow theta*).
+    #: The gradient estimator (control variates around the shared theta*).
     estimator: object
+    #: The shared Taylor expansion at theta* (fixed for the fit).
     expansion: object
-    #: Warm-up positions since the last refresh or restart (append-only buffer).
+    #: Warm-up positions since the start or restart (append-only buffer).
     window: list
-    centre_draws: float
-    n_refinements: int
-    n_skipped: int = 0
     #: Consecutive divergent warm-up updates, and restarts at theta* so far.
     n_stuck: int = 0
     n_restarts: int = 0
-    #: Negative Hessians at every theta* so far (the step size respects all).
-    seen: tuple = ()
     #: ``ChainResult.extra``, set at the end of warm-up.
     extra: object = None
 
@@ -363,24 +346,17 @@ class _SGChain(ChainDefaults):
     """SGLD and SG-HMC as a :class:`._driver.Chain`.
 
     Warm-up: a restart at theta* after ``_MAX_STUCK`` divergent updates from
-    the start, and at the refinement points the shared theta* rule
-    :func:`.adaptation.refine_reference` with the kernel's inefficiency
-    (SGLD: the AR(1) value of its step; SG-HMC: 2), a second-order expansion
-    and non-finite expansions skipped.  The control variates follow theta*;
-    the mass matrix stays the first one and the step size respects the
-    largest curvature at any theta* so far (on a posterior whose curvature
-    varies, a metric from a flatter region with a step for the stiffest one
-    would freeze the chain; on tall data nothing changes).
+    the start.  theta*, the control variates, the mass matrix and the step
+    size are the fit's shared ones (:meth:`_SGFamily.prepare`): no chain
+    refines theta* or makes a full pass of its own.
     """
 
     stats = _SG_STATS
 
-    def __init__(self, config, posterior, metric, hess_metric, n_warmup):
+    def __init__(self, config, metric, hess_metric):
         self.config = config
-        self.posterior = posterior
         self.metric = metric
         self.hess_metric = hess_metric
-        self.schedule = set(refinement_schedule(n_warmup))
 
     @staticmethod
     def step(rng, state, params):
@@ -412,29 +388,10 @@ class _SGChain(ChainDefaults):
             adapt = adapt._replace(kernel=kernel, window=[], n_restarts=1)
             n_stuck = 0
         adapt.window.append(state.position)
-        adapt = adapt._replace(n_stuck=n_stuck)
-        if iteration + 1 not in self.schedule:
-            return adapt, state, 0
-        ref = refine_reference(self.posterior, adapt.expansion, adapt.window,
-                               adapt.centre_draws, inefficiency=adapt.kernel.inefficiency,
-                               taylor_order=2, skip_non_finite=True)
-        if ref.skipped:
-            return adapt._replace(n_skipped=adapt.n_skipped + 1), state, ref.n_obs_evaluated
-        if not ref.refined:
-            return adapt, state, 0
-        seen = adapt.seen + (ref.expansion.neg_hessian,)
-        eps, _ = self.config._step(ref.expansion, self.metric, seen[:-1])
-        kernel, state = self.config._new_kernel(rng, state.position, ref.expansion,
-                                                self.metric, eps, self.hess_metric)
-        return adapt._replace(
-            kernel=kernel, estimator=adapt.estimator.recentre(ref.expansion),
-            expansion=ref.expansion, centre_draws=ref.centre_draws,
-            n_refinements=adapt.n_refinements + 1, seen=seen, window=[]), state, \
-            ref.n_obs_evaluated
+        return adapt._replace(n_stuck=n_stuck), state, 0
 
     def final(self, rng, adapt, state, complete):
-        extra = {"skipped_refinements": adapt.n_skipped,
-                 "restarted_at_reference": bool(adapt.n_restarts)}
+        extra = {"restarted_at_reference": bool(adapt.n_restarts)}
         kernel, cost = adapt.kernel, 0
         if complete:
             kernel, cost = kernel.finish_warmup(rng, adapt.estimator,
@@ -487,10 +444,6 @@ class _SGLDKernel:
         self.params = sgld.SGLDParams(eps, metric)
         self.step_size = eps
         self.n_steps = n_steps
-        # Integrated autocorrelation time of the AR(1) with coefficient
-        # 1 - eps/2 in the whitened metric, per draw (for the refinement rule).
-        rho = max(0.0, 1.0 - 0.5 * min(eps, 2.0)) ** n_steps
-        self.inefficiency = (1.0 + rho) / max(1e-12, 1.0 - rho)
 
     guard = None
 
@@ -513,8 +466,6 @@ class _SGLDKernel:
 
 class _SGHMCKernel:
     """SG-HMC (``L`` updates per draw); the state (position, momentum) is ``sghmc``'s."""
-
-    inefficiency = 2.0
 
     def __init__(self, config, metric, eps, n_steps):
         self.config = config

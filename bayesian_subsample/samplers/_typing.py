@@ -88,6 +88,10 @@ class TallPosterior(Protocol):
 
     def expand(self, theta_star: np.ndarray, order: int = 2) -> Expansion: ...
 
+    def reference_expansion(self, theta0: np.ndarray, order: int = 2, tol: float = 0.01,
+                            max_iter: int = 20) -> tuple[Expansion, int, int]:
+        """Newton steps on all the data from ``theta0``: ``(expansion, evaluations, passes)``."""
+
     def difference_estimator(self, expansion: Expansion, subsample_size: int,
                              n_blocks: int = 100) -> SubsampleEstimator: ...
 

@@ -6,10 +6,14 @@ Dual averaging (Hoffman and Gelman, 2014, §3.2, Algorithm 5 and eq. 6) tunes
 of a small state; the driver applies it during warm-up and then freezes the
 step size at the averaged iterate.
 
-The reference point theta* and the mass matrix are re-estimated a few times
-during warm-up (Dang et al., 2019, §6.3 re-estimate ``M`` from the Hessian at
-the new theta* every 200 of 1000 burn-in iterations);
-:func:`refinement_schedule` gives the iterations at which that happens.
+The reference point theta* and the mass matrix are not adapted here: Dang
+et al. (2019, §6.3) re-estimate ``M`` from the Hessian at a new theta* every
+200 of 1000 burn-in iterations, because their first theta* is a subset mode;
+this package moves theta* to the full-data mode once per fit, before the
+chains start, and shares it, its control variates and ``M`` among all chains
+(``TallPosterior.reference_expansion``, used by
+``samplers._hmc_family.prepare_at_full_data_mode``), so no chain repeats a
+full pass.
 """
 
 from __future__ import annotations
@@ -27,9 +31,6 @@ __all__ = [
     "dual_averaging_init",
     "dual_averaging_update",
     "find_reasonable_step_size",
-    "refinement_schedule",
-    "Refinement",
-    "refine_reference",
 ]
 
 
@@ -104,86 +105,3 @@ def find_reasonable_step_size(rng, target, position, logdensity, logdensity_grad
         if direction < 0 and la > math.log(0.5):
             break
     return eps, n_evals
-
-
-def refinement_schedule(n_warmup, fractions=(0.05, 0.1, 0.2, 0.4, 0.7), min_gap=5):
-    """Warm-up iterations at which theta* and the mass matrix may be refreshed.
-
-    A doubling schedule (5%, 10%, 20%, 40% and 70% of warm-up by default): the
-    first refinements come early, when the chain has just left the subset
-    estimate of theta*, and the last leaves 30% of warm-up for the step size
-    to settle with the final mass matrix.  The driver skips a refresh (and its
-    full pass over the data) when theta* is already within about one posterior
-    sd of the recent draws.  Points closer than ``min_gap``
-    iterations to the previous one are dropped.
-    """
-    points = []
-    last = 0
-    for f in fractions:
-        it = int(round(f * n_warmup))
-        if it - last >= min_gap and it < n_warmup:
-            points.append(it)
-            last = it
-    return points
-
-
-class Refinement(NamedTuple):
-    """Outcome of :func:`refine_reference` at one refinement point."""
-
-    #: The Taylor expansion to use from here on (new or unchanged).
-    expansion: object
-    #: Draws behind the mean that is theta* (``inf`` for the subset mode).
-    centre_draws: float
-    #: The second half of the window: the recent draws the decision used.
-    recent: np.ndarray
-    #: True when theta* moved to the recent draws' mean.
-    refined: bool
-    #: True when a new theta* was computed but rejected as non-finite.
-    skipped: bool
-    #: Per-observation evaluations spent (one full pass when a new expansion
-    #: was computed).
-    n_obs_evaluated: int
-
-
-def refine_reference(posterior, expansion, window, centre_draws, *, inefficiency,
-                     taylor_order, force=False, skip_non_finite=False):
-    """Refresh theta* (and the Hessian) at a refinement point, when the draws ask for it.
-
-    The rule shared by the HMC and stochastic-gradient samplers: the mean of
-    the second half of ``window`` replaces theta* (one full pass to expand
-    there) only when it is more than about one posterior sd away, i.e. when
-    the squared Mahalanobis distance in the Hessian metric at theta* exceeds
-    1 after discounting the noise of the two window means,
-    ``inefficiency * dim * (1/len(recent) + 1/centre_draws)``.  On tall data
-    the Hessian hardly changes within the posterior, so passes that chase
-    that noise buy nothing.  Pure: nothing is mutated.
-
-    Where the samplers differ, the difference is a parameter (each keeps the
-    behaviour it had before the drivers were merged, so draws are unchanged):
-
-    * ``inefficiency``: the integrated autocorrelation time assumed for the
-      window draws; 2.0 for HMC and SG-HMC, the AR(1) value of the step size
-      for SGLD;
-    * ``taylor_order``: order of the new expansion (the sampler's own order
-      for the HMC family, 2 for the stochastic-gradient samplers, which
-      re-derive their order from it);
-    * ``force``: refresh regardless of the distance (HMC-ECS while its
-      automatic subsample size is well above its floor);
-    * ``skip_non_finite``: keep the old theta* when the expansion at the new
-      one is not finite (the stochastic-gradient samplers; e.g. a Poisson
-      rate that overflows at the draws' mean).
-    """
-    recent = np.asarray(window[len(window) // 2:])
-    centre = recent.mean(axis=0)
-    delta = centre - expansion.theta_star
-    dist2 = float(delta @ expansion.neg_hessian @ delta)
-    noise = inefficiency * posterior.dim * (1.0 / len(recent) + 1.0 / centre_draws)
-    if not (dist2 - noise > 1.0 or force):
-        return Refinement(expansion, centre_draws, recent, False, False, 0)
-    candidate = posterior.expand(centre, taylor_order)
-    cost = candidate.n_obs_evaluated
-    if skip_non_finite and not (
-            np.isfinite(candidate.loglik) and np.all(np.isfinite(candidate.grad))
-            and np.all(np.isfinite(candidate.neg_hessian))):
-        return Refinement(expansion, centre_draws, recent, False, True, cost)
-    return Refinement(candidate, len(recent), recent, True, False, cost)
