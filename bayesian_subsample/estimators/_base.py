@@ -359,11 +359,13 @@ class SampledModelMixin:
         fingerprint = _data_fingerprint(posterior)
         keep_partial = bool(getattr(self, "keep_partial_draws", False))
         previous = None
+        report = {}
         if continuing is None:
             prepared, results = _engine.run_chains(
                 config, posterior, self.random_state, self.n_chains, self.n_warmup,
                 self.n_draws, n_jobs=self.n_jobs, verbose=self.verbose,
                 progress_bar=getattr(self, "progress_bar", False), keep_partial=keep_partial,
+                report=report,
             )
         else:
             previous = continuing["previous"]
@@ -430,7 +432,6 @@ class SampledModelMixin:
         self.subsample_size_ = np.array([r.subsample_size for r in results])
         self.inverse_mass_matrix_ = np.stack([r.inverse_mass_matrix for r in results])
         self.reference_point_ = np.stack([r.theta_star for r in results])
-        self.n_refinements_ = np.array([r.n_refinements for r in results])
         self.evaluations_ = {
             "setup": int(prepared.n_obs_evaluated),
             "warmup": int(sum(r.n_obs_evaluated_warmup for r in results)),
@@ -449,7 +450,12 @@ class SampledModelMixin:
             self.wall_time_["sampling"] += previous["wall_time_"]["sampling"]
             self.n_divergent_warmup_ = previous["n_divergent_warmup_"]
         self.n_evaluations_ = int(sum(self.evaluations_.values()))
-        self.sampler_info_ = [dict(r.extra) for r in results]
+        if previous is not None:  # the set-up of the fit being continued
+            report = {k: v for k, v in (previous.get("sampler_info_") or [{}])[0].items()
+                      if k.startswith(("setup_", "validation_"))}
+        else:
+            report.update(getattr(self, "_validation_report", {}))
+        self.sampler_info_ = [{**r.extra, **report} for r in results]
         for message in sorted({r.extra["warning"] for r in results if "warning" in r.extra}):
             warnings.warn(f"{config.name}: {message}.", ConvergenceWarning,
                           stacklevel=user_stacklevel())

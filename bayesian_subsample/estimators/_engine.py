@@ -368,8 +368,17 @@ def _known_worker_death(exc):
 
 
 def run_chains(config, posterior, random_state, n_chains, n_warmup, n_draws, n_jobs=None,
-               verbose=0, progress_bar=False, keep_partial=False, resume=None, prepared=None):
+               verbose=0, progress_bar=False, keep_partial=False, resume=None, prepared=None,
+               report=None):
     """Prepare once, then run ``n_chains`` chains in parallel.
+
+    The preparation (the reference point, control-variate sums, mass matrix
+    and pilots) is done once, in this process, before the chains are
+    dispatched, and shared by all of them.  When ``report`` (a dict) is given,
+    it receives ``setup_passes`` (full passes over the data during the
+    preparation, counted through the model's chunk map) and ``setup_seconds``
+    (wall seconds of the preparation, of which ``setup_pass_seconds`` in
+    those passes).
 
     With ``resume`` (one ``ChainResult.resume`` per chain) and the
     ``prepared`` of that fit, the chains continue for ``n_draws`` more draws
@@ -388,8 +397,13 @@ def run_chains(config, posterior, random_state, n_chains, n_warmup, n_draws, n_j
     """
     if resume is None:
         seeds = seed_sequences(random_state, n_chains + 1)
-        with set_up_passes(posterior, n_jobs):
+        start = time.perf_counter()
+        with set_up_passes(posterior, n_jobs) as chunk_map:
             prepared = config.prepare(np.random.default_rng(seeds[0]), posterior)
+        if report is not None:
+            report.update(setup_passes=0 if chunk_map is None else chunk_map.n_passes,
+                          setup_seconds=time.perf_counter() - start,
+                          setup_pass_seconds=0.0 if chunk_map is None else chunk_map.seconds)
         tasks = [(seed, None) for seed in seeds[1:]]
     else:
         # Copies: the drivers advance the states they are given, and the

@@ -19,6 +19,8 @@ methods.  Nothing here samples or predicts by itself.
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 from sklearn.base import BaseEstimator
 from sklearn.utils.validation import check_is_fitted, validate_data
@@ -76,12 +78,17 @@ class _GLMEstimator(SampledModelMixin, ArviZExportMixin, BaseEstimator):
             return self._fit_dask(X, y, sample_weight, **fit_params)
         # C order: the same values give the same draws whatever their memory
         # layout (no copy when X is already C-contiguous).
+        start = time.perf_counter()
+        # X is read once for validation: the scan for its largest magnitude
+        # also finds NaN and infinity (scikit-learn's own finite check,
+        # another full read, is switched off).
         X, y = validate_data(self, X, y, dtype=[np.float64, np.float32],
-                             y_numeric=self._y_numeric, order="C")
+                             y_numeric=self._y_numeric, order="C", ensure_all_finite=False)
         y = self._validate_target_type(y)
-        check_data_scale(X, y if self._y_numeric else None)
+        check_data_scale(X, y if self._y_numeric else None, check_finite=True)
         sample_weight = check_sample_weight(sample_weight, X.shape[0])
         y, sample_weight = self._prepare_target(X, y, sample_weight, **fit_params)
+        self._validation_report = {"validation_seconds": time.perf_counter() - start}
         self._check_hyperparameters()
         self._check_sampling_params()
         self.sampler_ = resolve_sampler(self.sampler, self.subsample_size)

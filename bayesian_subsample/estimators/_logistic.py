@@ -18,6 +18,7 @@ from ..models import (
 from ._dask import dask_predict, is_dask_array
 from ._glm_base import _GLMEstimator
 from ._predictive import ClassifierPredictiveMixin
+from ._validation import encode_labels, integer_valued
 
 __all__ = ["BayesianLogisticRegression"]
 
@@ -145,13 +146,19 @@ class BayesianLogisticRegression(ClassifierMixin, ClassifierPredictiveMixin, _GL
         and ``lower_bound``; for ``"bps"``, ``"sbps"`` and ``"psbps"`` the exact
         continuous-trajectory ``continuous_mean`` and ``continuous_cov``, the
         event list ``events`` and the bound-violation rate ``violation_rate``).
+        Every chain's dict also holds the fit's shared set-up, done once before
+        the chains start: ``setup_passes`` (full passes over the data: the
+        Newton steps to theta* and any curvature bound; a chain makes none of
+        its own, except full-data samplers' gradients), ``setup_seconds`` (wall
+        seconds of the set-up, pilots included), ``setup_pass_seconds`` (the
+        part spent in those passes) and ``validation_seconds`` (input checks
+        and label encoding).
     step_size_, n_integration_steps_, subsample_size_ : ndarray of shape (n_chains,)
-        Adapted values per chain (``subsample_size_`` is ``n`` for full data).
+        Adapted values per chain (``subsample_size_`` is ``n`` for full data;
+        HMC-ECS chooses it once per fit, so it is the same in every chain).
     inverse_mass_matrix_ : ndarray of shape (n_chains, dim, dim) or (n_chains, dim)
     reference_point_ : ndarray of shape (n_chains, dim)
-        Final theta* of each chain (intercept first).
-    n_refinements_ : ndarray of shape (n_chains,)
-        Full-data passes spent re-estimating theta* and the mass matrix.
+        theta* of each chain (intercept first): the fit's shared reference point.
     n_divergent_ : int
         Divergent transitions after warm-up.
     n_draws_completed_ : ndarray of shape (n_chains,)
@@ -240,14 +247,23 @@ class BayesianLogisticRegression(ClassifierMixin, ClassifierPredictiveMixin, _GL
 
     # ---------------------------------------------- hooks of _GLMEstimator
     def _validate_target_type(self, y):
-        check_classification_targets(y)
+        # scikit-learn's check sorts all labels (np.unique) to tell binary from
+        # multiclass, both accepted here; it is needed only where it can
+        # refuse something: non-integer floats ("continuous") and objects.
+        y = np.asarray(y)
+        if not (y.dtype.kind in "biuU" or (y.dtype.kind == "f" and integer_valued(y))):
+            check_classification_targets(y)
         return y
 
     def _prepare_target(self, X, y, sample_weight):
-        """Class labels to ``0 .. K-1``; at least two classes (with positive weight)."""
-        self.classes_, y_enc = np.unique(y, return_inverse=True)
+        """Class labels to ``0 .. K-1``; at least two classes (with positive weight).
+
+        The labels are encoded without sorting them (:func:`encode_labels`).
+        """
+        self.classes_, y_enc = encode_labels(y)
         if sample_weight is not None:
-            present = np.unique(y_enc[sample_weight > 0])
+            present = np.flatnonzero(np.bincount(y_enc[sample_weight > 0],
+                                                 minlength=len(self.classes_)))
             if len(present) < 2 <= len(self.classes_):
                 raise ValueError(
                     "Only one class has positive sample_weight; this solver needs samples "

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import time
 
 from joblib import Parallel, delayed
 from threadpoolctl import threadpool_limits
@@ -95,20 +96,35 @@ class JoblibChunkMap:
     ----------
     n_jobs : int or None
         As for the estimator's chains; None defers to ``joblib.parallel_config``.
+
+    Attributes
+    ----------
+    n_passes : int
+        Calls so far: each call is one full pass over the data (the models
+        send every full pass, and only full passes, through their chunk map).
+    seconds : float
+        Wall seconds spent in those calls.
     """
 
     def __init__(self, n_jobs=None):
         self.n_jobs = n_jobs
+        self.n_passes = 0
+        self.seconds = 0.0
 
     def __call__(self, fn, items):
         items = list(items)
-        if len(items) <= 1:
-            return [fn(item) for item in items]
-        # ``prefer`` is only a hint: a backend chosen with parallel_config wins.
-        # Tasks set the BLAS policy themselves: in this process it is already
-        # set (a no-op), a process backend's worker sets its own.
-        return Parallel(n_jobs=self.n_jobs, prefer="threads")(
-            delayed(_single_threaded)(fn, item) for item in items)
+        start = time.perf_counter()
+        try:
+            if len(items) <= 1:
+                return [fn(item) for item in items]
+            # ``prefer`` is only a hint: a backend chosen with parallel_config
+            # wins.  Tasks set the BLAS policy themselves: in this process it is
+            # already set (a no-op), a process backend's worker sets its own.
+            return Parallel(n_jobs=self.n_jobs, prefer="threads")(
+                delayed(_single_threaded)(fn, item) for item in items)
+        finally:
+            self.n_passes += 1
+            self.seconds += time.perf_counter() - start
 
 
 @contextlib.contextmanager
@@ -119,16 +135,18 @@ def set_up_passes(posterior, n_jobs=None):
     (module docstring).  A posterior whose model has no ``chunk_map`` (a
     model that makes no chunked passes) keeps its map.  The model's own map
     is restored on exit, so the chains, which receive the posterior
-    afterwards, keep theirs.
+    afterwards, keep theirs.  Yields the installed :class:`JoblibChunkMap`,
+    whose ``n_passes`` and ``seconds`` count the passes made in the block
+    (None when the model has no chunk map).
     """
     with SingleThreadedBLAS():
         model = getattr(posterior, "model", None)
         if model is None or not hasattr(model, "chunk_map"):
-            yield
+            yield None
             return
         previous = model.chunk_map
         model.chunk_map = JoblibChunkMap(n_jobs)
         try:
-            yield
+            yield model.chunk_map
         finally:
             model.chunk_map = previous

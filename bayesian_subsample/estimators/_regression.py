@@ -113,7 +113,7 @@ _COMMON_ATTRIBUTES_DOC = """\
     intercept_draws_ : ndarray of shape (n_chains, n_draws)
     sample_stats_, n_evaluations_, evaluations_, wall_time_, convergence_, \
 sampler_info_, step_size_, n_integration_steps_, subsample_size_, \
-inverse_mass_matrix_, reference_point_, n_refinements_, n_divergent_, \
+inverse_mass_matrix_, reference_point_, n_divergent_, \
 n_draws_completed_, interrupted_, sampler_
         As for :class:`~bayesian_subsample.BayesianLogisticRegression`
         (``reference_point_`` and ``inverse_mass_matrix_`` are in the sampled

@@ -449,10 +449,10 @@ class GLM:
         where = getattr(self.X, "map_model_chunks", None)
         if where is not None:
             return where(self, method, args)
-        bounds = list(self.chunks())
-        if len(bounds) <= 1:
-            return [_on_chunk(self, method, args, b) for b in bounds]
-        return self.chunk_map(functools.partial(_on_chunk, self, method, args), bounds)
+        # Every full pass goes through the map, one call per pass, even with
+        # a single chunk (a map may count the passes).
+        return self.chunk_map(functools.partial(_on_chunk, self, method, args),
+                              list(self.chunks()))
 
     # --------------------------------------------------------- full passes
     def sums(self, theta, order=1, idx=None):
