@@ -21,10 +21,11 @@ The chain object (see :class:`Chain`) provides
 ``update(rng, adapt, iteration, state, info) -> (adapt, state, n_obs_evaluated)``
     The warm-up adaptation after warm-up iteration ``iteration`` (from 0).
     It returns a new adaptation state rather than mutating one (the step-size
-    recursions, the refinement decision of theta* and the mass matrix in
-    :func:`.adaptation.refine_reference` are pure functions); where an
-    adaptation moves the chain (a new subsample around a new theta*) it
-    returns the new chain state, and the evaluations it spent.
+    recursions in :mod:`.adaptation` are pure functions); where an
+    adaptation moves the chain (signed HMC-ECS switching estimator) it
+    returns the new chain state, and the evaluations it spent.  theta* and
+    the mass matrix are not adapted in a chain: they are the fit's shared
+    ones (``SamplerConfig.prepare``).
 ``final(rng, adapt, state, complete) -> (adapt, state, n_obs_evaluated)``
     Called once at the end of warm-up (``complete`` is False when a stop
     request cut it short): freeze the adapted parameters.
@@ -44,11 +45,11 @@ package); the driver only passes it around.  Initialisation (the kernel's
 ``init``, the first step size) is the sampler's business, done before
 :func:`run`; its cost is added to the warm-up count by the caller.
 
-Purity: the step-size recursions and the theta* refinement decision are pure
-functions, and every adaptation returns a new ``adapt``.  Three things are
-not: the warm-up window of positions is an append-only list shared between
-successive ``adapt`` values (copying it every iteration would be quadratic);
-HMC-ECS re-centres its subsample estimator in place (the estimator holds the
+Purity: the step-size recursions are pure functions, and every adaptation
+returns a new ``adapt``.  Three things are not: a warm-up window of
+positions (SG-HMC's noise estimate, signed HMC-ECS's switch) is an
+append-only list (copying it every iteration would be quadratic); signed
+HMC-ECS swaps its subsample estimator in place (the estimator holds the
 data); and a piecewise-deterministic chain's state is a mutable trajectory
 object, as its kernel holder (pSBPS adapts its preconditioner inside a step)
 always was.
