@@ -197,7 +197,7 @@ class BayesianLogisticRegression(ClassifierMixin, ClassifierPredictiveMixin, _GL
     >>> from bayesian_subsample import BayesianLogisticRegression
     >>> from bayesian_subsample.datasets import make_higgs_like
     >>> X, y, _ = make_higgs_like(n_samples=20_000, n_features=5, random_state=0)
-    >>> clf = BayesianLogisticRegression(n_chains=2, n_warmup=200, n_draws=200,
+    >>> clf = BayesianLogisticRegression(n_chains=2, n_warmup=300, n_draws=300,
     ...                                  random_state=0).fit(X, y)
     >>> clf.predict_proba(X[:2]).shape
     (2, 2)
