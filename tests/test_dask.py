@@ -101,6 +101,8 @@ def test_softmax_on_dask(client):
                                                    da.from_array(y, chunks=4_000))
     assert list(got.classes_) == ["a", "b", "c"]
     assert np.array_equal(got.coef_draws_, ref.coef_draws_)
+    # the passes on the workers are counted like the in-memory ones
+    assert got.sampler_info_[0]["setup_passes"] == ref.sampler_info_[0]["setup_passes"] > 0
     proba = got.predict_proba(da.from_array(X, chunks=(4_000, 3)))
     np.testing.assert_array_equal(proba.compute(), ref.predict_proba(X))
 

@@ -50,6 +50,12 @@ __all__ = ["LogisticFamily", "GaussianFamily", "PoissonFamily", "GLM", "DEFAULT_
 DEFAULT_CHUNK_SIZE = 16384
 
 
+def _on_source(item):
+    """A whole pass run by the row source itself (``X.map_model_chunks``)."""
+    where, model, method, args = item
+    return where(model, method, args)
+
+
 def serial_map(fn, items):
     """Apply ``fn`` to each of ``items`` in order, in this process.
 
@@ -446,11 +452,12 @@ class GLM:
         (a dask array, ``estimators/_dask.py``) the pass runs there instead,
         on the same chunk bounds, so the partial results are the same.
         """
+        # Every full pass is one call of the map, even with a single chunk or
+        # on a dask array (there as one item that runs the dask reduction), so
+        # a map may count and time the passes.
         where = getattr(self.X, "map_model_chunks", None)
         if where is not None:
-            return where(self, method, args)
-        # Every full pass goes through the map, one call per pass, even with
-        # a single chunk (a map may count the passes).
+            return self.chunk_map(_on_source, [(where, self, method, args)])[0]
         return self.chunk_map(functools.partial(_on_chunk, self, method, args),
                               list(self.chunks()))
 
