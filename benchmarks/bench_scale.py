@@ -133,15 +133,15 @@ class Timers:
     def __init__(self):
         from bayesian_subsample.estimators import _glm_base
         from bayesian_subsample.models._glm import GLM
-        from bayesian_subsample.samplers._hmc_family import _HMCFamily
+        from bayesian_subsample.samplers._hmc_family import HMCECS
 
         self.seconds = {"validation": 0.0, "setup": 0.0}
         self.passes = 0
-        self._patches = [(_glm_base, "validate_data"), (_HMCFamily, "prepare"),
+        self._patches = [(_glm_base, "validate_data"), (HMCECS, "prepare"),
                          (GLM, "map_chunks")]
         self._orig = [getattr(obj, name) for obj, name in self._patches]
         _glm_base.validate_data = self._timed(_glm_base.validate_data, "validation")
-        _HMCFamily.prepare = self._timed(_HMCFamily.prepare, "setup")
+        HMCECS.prepare = self._timed(HMCECS.prepare, "setup")
         orig_map = GLM.map_chunks
         timers = self
 
