@@ -220,6 +220,11 @@ def run_size(n, args):
                                                        3),
             "rss_anon_peak_mb": mem.summary_mb(),
         }
+        reported = (getattr(est, "sampler_info_", None) or [{}])[0]
+        if "validation_seconds" in reported:
+            # The fit's own report (validation now also scans X for scale and
+            # non-finite values outside validate_data).
+            row["validation_s"] = round(float(reported["validation_seconds"]), 3)
         if info := getattr(est, "sampler_info_", None):
             row["sampler_info"] = [{k: v for k, v in d.items()
                                     if isinstance(v, (int, float, str, bool, list, dict))}
