@@ -461,14 +461,23 @@ def test_sbps_never_moves_onto_a_point_without_a_finite_gradient():
     assert travelled > 100.0
 
 
-def test_sbps_accepting_every_proposal_fails_the_same_check(logistic_2d, monkeypatch):
-    """Negative control for the tolerance test: reflecting at every proposed
-    time (no thinning by the minibatch rate) biases the means by about half a
-    posterior sd, outside the 0.3-sd tolerance (checked on seeds 0-2)."""
+def test_sbps_at_half_the_bounce_rate_fails_the_same_check(logistic_2d, monkeypatch):
+    """Negative control for the tolerance test: accepting each proposed bounce
+    with half the right probability makes the bounce rate
+    max(0, <v, grad U>) / 2 = max(0, <v, grad (U / 2)>), the rate of the
+    tempered target exp(-U / 2), whose sds are sqrt(2) = 1.41 times the
+    posterior's: outside the 30% sd tolerance by a margin set by theory, not
+    by a seed (measured 1.35-1.44 on seeds 0-2).
+
+    (An earlier control reflected at every proposed time; once theta* became
+    the full-data mode shared by all chains, its bias fell to 0.1-0.6 sd and
+    it no longer failed the check reliably, so it was replaced.)
+    """
     from bayesian_subsample.samplers import sbps as sbps_kernel
 
     post, (mean, sd) = logistic_2d
-    monkeypatch.setattr(sbps_kernel, "piecewise_linear_value", lambda *args: 0.0)
+    value = sbps_kernel.piecewise_linear_value
+    monkeypatch.setattr(sbps_kernel, "piecewise_linear_value", lambda *args: 2.0 * value(*args))
     results = _chains(SBPS(subsample_size=500), post, n_chains=2, n_warmup=100, n_draws=600,
                       seed=0)
     cmean = np.mean([r.extra["continuous_mean"] for r in results], 0)
