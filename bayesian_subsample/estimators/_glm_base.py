@@ -89,17 +89,7 @@ class _GLMEstimator(SampledModelMixin, ArviZExportMixin, BaseEstimator):
         sample_weight = check_sample_weight(sample_weight, X.shape[0])
         y, sample_weight = self._prepare_target(X, y, sample_weight, **fit_params)
         self._validation_report = {"validation_seconds": time.perf_counter() - start}
-        self._check_hyperparameters()
-        self._check_sampling_params()
-        self.sampler_ = resolve_sampler(self.sampler, self.subsample_size)
-        self.sampler_.validate(X.shape[0])
-        model, prior, self._param_names_ = self._build_posterior(X, y, sample_weight)
-        draws = self._sample(TallPosterior(model, prior))
-        self._store_draws(draws, getattr(model, "n_linear_predictors", 1))
-        self._check_convergence(self._all_draws())
-        if self.verbose:
-            self._report()
-        return self
+        return self._sample_and_store(X.shape[0], lambda: (X, y, sample_weight))
 
     def _fit_dask(self, X, y, sample_weight=None, **fit_params):
         """``fit`` for a dask array ``X`` (``estimators/_dask.py``): validation as one
@@ -113,13 +103,23 @@ class _GLMEstimator(SampledModelMixin, ArviZExportMixin, BaseEstimator):
             self, X, y, sample_weight, self._y_numeric)
         y, sample_weight, y_transform = self._prepare_dask_target(
             X, y, sample_weight, classes, **fit_params)
+
+        def data():
+            check_dask_sampler(self.sampler_, X)
+            return wrap_fit_data(X, y, sample_weight, self._dask_address, y_transform)
+
+        return self._sample_and_store(X.shape[0], data)
+
+    def _sample_and_store(self, n_obs, data):
+        """The part of ``fit`` after validation, shared by in-memory and dask
+        input: check the options, resolve the sampler, build the posterior on
+        ``data()`` (the model's ``(X, y, sample_weight)``, asked for once the
+        sampler is known), run the chains, store the draws and diagnose."""
         self._check_hyperparameters()
         self._check_sampling_params()
         self.sampler_ = resolve_sampler(self.sampler, self.subsample_size)
-        self.sampler_.validate(X.shape[0])
-        check_dask_sampler(self.sampler_, X)
-        Xw, yw, ww = wrap_fit_data(X, y, sample_weight, self._dask_address, y_transform)
-        model, prior, self._param_names_ = self._build_posterior(Xw, yw, ww)
+        self.sampler_.validate(n_obs)
+        model, prior, self._param_names_ = self._build_posterior(*data())
         draws = self._sample(TallPosterior(model, prior))
         self._store_draws(draws, getattr(model, "n_linear_predictors", 1))
         self._check_convergence(self._all_draws())
