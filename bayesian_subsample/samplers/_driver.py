@@ -185,7 +185,8 @@ def record_stats(stats, i, info, fields, extra):
 def run(chain: Chain, rng: np.random.Generator, state: Any, adapt: Any, n_warmup: int,
         n_draws: int, dim: int, *, callback: Callable[[int, bool, float], Any] | None = None,
         stop: Any = None, warm_up: bool = True, first_draw: int = 0, n_done_before: int = 0,
-        t_start: float | None = None, keep: np.ndarray | None = None) -> Run:
+        t_start: float | None = None, keep: np.ndarray | None = None,
+        dtype: Any = np.float64) -> Run:
     """Run ``n_warmup`` warm-up iterations (if ``warm_up``), then ``n_draws`` draws.
 
     ``warm_up=False`` continues a chain whose warm-up is done (``adapt`` is
@@ -197,7 +198,9 @@ def run(chain: Chain, rng: np.random.Generator, state: Any, adapt: Any, n_warmup
     ``time.perf_counter()`` value) is when the chain's own set-up began, so
     that set-up counts as warm-up time.  ``keep`` (increasing draw indices)
     stores only those draws (the others are still run and their stats kept),
-    in ``len(keep)`` NaN-initialised rows.
+    in ``len(keep)`` NaN-initialised rows.  ``dtype`` is the draws' dtype
+    (``int8`` for the binary states of Gibbs sampling; ``keep`` needs a
+    floating dtype).
     """
     t0 = time.perf_counter() if t_start is None else t_start
     n_eval_warm = n_div_warm = 0
@@ -219,7 +222,7 @@ def run(chain: Chain, rng: np.random.Generator, state: Any, adapt: Any, n_warmup
         n_eval_warm += cost
     t1 = time.perf_counter()
     n = n_draws if complete else 0
-    draws = np.empty((n, dim)) if keep is None else np.full((len(keep), dim), np.nan)
+    draws = np.empty((n, dim), dtype) if keep is None else np.full((len(keep), dim), np.nan, dtype)
     slot = 0
     stats = allocate_stats(chain.stats, n, getattr(chain, "stat_shapes", None))
     n_eval = n_done = 0

@@ -40,11 +40,13 @@ sampler's saving (the paper's budget argument) can show in wall time.
 
 from __future__ import annotations
 
+import math
 import time
 from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
+from ._driver import ChainDefaults, run
 from ._sequential import critical_t, look_standard_error, sequential_mean_test
 
 if TYPE_CHECKING:
@@ -96,6 +98,11 @@ class GibbsInfo(NamedTuple):
     n_changed: int
     #: Mini-batches read by each update of the scan, shape (n_updates,).
     batches_per_update: np.ndarray
+
+    @property
+    def n_obs_evaluated(self) -> int:
+        """The driver's cost count: here the unit is a potential term."""
+        return int(self.n_terms_evaluated)
 
 
 class GibbsChainResult(NamedTuple):
@@ -200,8 +207,81 @@ _STATS = ("n_terms_evaluated", "terms_per_update", "data_fraction", "n_batches",
           "n_stopped_early", "n_changed")
 
 
-def run_chain(rng: np.random.Generator, target: BinaryConditionals, params, n_warmup, n_draws, x0=None, callback=None):
-    """Run one chain: ``n_warmup`` scans discarded, then ``n_draws`` kept.
+class _GibbsChain(ChainDefaults):
+    """:func:`run_chain` / :func:`run_chains` as a chain of the one driver.
+
+    ``kernel`` is :func:`step` (one chain) or :func:`step_chains` (``K``
+    chains in lockstep; the driver's position is then the ``(K, D)`` states
+    flattened).  The adaptation state is the warm-up terms evaluated, per
+    chain (a pure update: nothing is tuned).  The holder accumulates the
+    post-warm-up histogram of mini-batches per update, which is not a
+    per-draw statistic (its length depends on the run).
+    """
+
+    stats = _STATS + ("elapsed",)
+    renames: dict = {}
+
+    def __init__(self, kernel, target, n_chains=None):
+        self.kernel = kernel
+        self.target = target
+        self.n_chains = n_chains
+        if n_chains is not None:
+            self.stat_shapes = {name: (n_chains,) for name in _STATS}
+        self.sampling = False
+        self.hists = [np.zeros(1, dtype=np.int64) for _ in range(n_chains or 1)]
+
+    def warmup_params(self, adapt):
+        self.sampling = False
+        return self.params
+
+    def draw_params(self, adapt, i):
+        self.sampling = True
+        return self.params
+
+    def step(self, rng, state, params):
+        state, info = self.kernel(rng, state, self.target, params)
+        if self.sampling:
+            per_chain = np.atleast_2d(info.batches_per_update)
+            for c, hist in enumerate(self.hists):
+                counts = np.bincount(per_chain[c])
+                if len(counts) > len(hist):
+                    hist = self.hists[c] = np.concatenate(
+                        [hist, np.zeros(len(counts) - len(hist), dtype=np.int64)])
+                hist[:len(counts)] += counts
+        return state, info
+
+    def update(self, rng, adapt, iteration, state, info):
+        return adapt + info.n_terms_evaluated, state, 0
+
+    def position(self, state):
+        return state.x if self.n_chains is None else state.ravel()
+
+    def display_step_size(self, adapt):
+        return math.nan
+
+    def draw_stats(self, state, params):
+        return {"elapsed": time.perf_counter()}
+
+
+def _drive(chain, rng, state, params, n_warmup, n_draws, dim, n_warm_terms):
+    """Run ``chain`` through the driver; returns the run, its stats with the
+    count fields as int64 and ``elapsed`` from the end of warm-up, and the
+    warm-up terms."""
+    chain.params = params
+    t0 = time.perf_counter()
+    out = run(chain, rng, state, n_warm_terms, n_warmup, n_draws, dim, t_start=t0,
+              dtype=np.int8)
+    stats = dict(out.stats)
+    elapsed = stats.pop("elapsed") - (t0 + out.wall_time_warmup)
+    for k in _STATS:
+        if k not in ("terms_per_update", "data_fraction"):
+            stats[k] = stats[k].astype(np.int64)
+    return out, stats, elapsed
+
+
+def run_chain(rng: np.random.Generator, target: BinaryConditionals, params, n_warmup,
+              n_draws, x0=None):
+    """Run one chain through the driver: ``n_warmup`` scans discarded, then ``n_draws`` kept.
 
     Parameters
     ----------
@@ -211,8 +291,6 @@ def run_chain(rng: np.random.Generator, target: BinaryConditionals, params, n_wa
     n_warmup, n_draws : int
     x0 : array of 0/1, optional
         Initial state; uniform random from ``rng`` when None.
-    callback : callable, optional
-        Called as ``callback(iteration, state, info)`` after every scan.
 
     Returns
     -------
@@ -221,35 +299,11 @@ def run_chain(rng: np.random.Generator, target: BinaryConditionals, params, n_wa
     D = target.n_variables
     if x0 is None:
         x0 = rng.integers(0, 2, D)
-    state = init(x0)
-    t0 = time.perf_counter()
-    n_warm_terms = 0
-    for it in range(n_warmup):
-        state, info = step(rng, state, target, params)
-        n_warm_terms += info.n_terms_evaluated
-        if callback is not None:
-            callback(it, state, info)
-    t1 = time.perf_counter()
-    draws = np.empty((n_draws, D), dtype=np.int8)
-    stats = {k: np.zeros(n_draws, dtype=float if k in ("terms_per_update", "data_fraction")
-                         else np.int64) for k in _STATS}
-    elapsed = np.empty(n_draws)
-    hist = np.zeros(1, dtype=np.int64)
-    for it in range(n_draws):
-        state, info = step(rng, state, target, params)
-        draws[it] = state.x
-        for k in _STATS:
-            stats[k][it] = getattr(info, k)
-        counts = np.bincount(info.batches_per_update)
-        if len(counts) > len(hist):
-            hist = np.concatenate([hist, np.zeros(len(counts) - len(hist), dtype=np.int64)])
-        hist[:len(counts)] += counts
-        elapsed[it] = time.perf_counter() - t1
-        if callback is not None:
-            callback(n_warmup + it, state, info)
-    t2 = time.perf_counter()
-    return GibbsChainResult(draws, stats, hist, int(n_warm_terms),
-                            int(stats["n_terms_evaluated"].sum()), t1 - t0, t2 - t1, elapsed)
+    chain = _GibbsChain(step, target)
+    out, stats, elapsed = _drive(chain, rng, init(x0), params, n_warmup, n_draws, D, 0)
+    return GibbsChainResult(out.draws, stats, chain.hists[0], int(out.adapt),
+                            int(stats["n_terms_evaluated"].sum()), out.wall_time_warmup,
+                            out.wall_time_sampling, elapsed)
 
 
 # --- many chains in lockstep -----------------------------------------------------------
@@ -287,6 +341,11 @@ class GibbsChainsInfo(NamedTuple):
     n_changed: np.ndarray
     #: Mini-batches read by each update of each chain, shape (K, n_updates).
     batches_per_update: np.ndarray
+
+    @property
+    def n_obs_evaluated(self) -> int:
+        """The driver's cost count: terms evaluated by all the chains."""
+        return int(self.n_terms_evaluated.sum())
 
 
 #: Target number of terms (chains x positions) per vectorised evaluation: large
@@ -439,8 +498,8 @@ def step_chains(rng: np.random.Generator, X: np.ndarray, target: BinaryCondition
 
 
 def run_chains(rng: np.random.Generator, target: BinaryConditionals, params, n_chains,
-               n_warmup, n_draws, x0=None, callback=None):
-    """Run ``n_chains`` chains in lockstep (:func:`step_chains`) in this process.
+               n_warmup, n_draws, x0=None):
+    """Run ``n_chains`` chains in lockstep (:func:`step_chains`) in this process, through the driver.
 
     Parameters
     ----------
@@ -450,8 +509,6 @@ def run_chains(rng: np.random.Generator, target: BinaryConditionals, params, n_c
     n_chains, n_warmup, n_draws : int
     x0 : array of 0/1, shape (n_chains, n_variables), optional
         Initial states; uniform random from ``rng`` when None.
-    callback : callable, optional
-        Called as ``callback(iteration, X, info)`` after every scan.
 
     Returns
     -------
@@ -464,35 +521,12 @@ def run_chains(rng: np.random.Generator, target: BinaryConditionals, params, n_c
     K = int(n_chains)
     X = rng.integers(0, 2, (K, D)).astype(np.int8) if x0 is None else \
         np.asarray(x0, dtype=np.int8).reshape(K, D).copy()
-    t0 = time.perf_counter()
-    n_warm_terms = np.zeros(K, dtype=np.int64)
-    for it in range(n_warmup):
-        X, info = step_chains(rng, X, target, params)
-        n_warm_terms += info.n_terms_evaluated
-        if callback is not None:
-            callback(it, X, info)
-    t1 = time.perf_counter()
-    draws = np.empty((K, n_draws, D), dtype=np.int8)
-    stats = {k: np.zeros((K, n_draws), dtype=float if k in ("terms_per_update", "data_fraction")
-                         else np.int64) for k in _STATS}
-    elapsed = np.empty(n_draws)
-    hists = [np.zeros(1, dtype=np.int64) for _ in range(K)]
-    for it in range(n_draws):
-        X, info = step_chains(rng, X, target, params)
-        draws[:, it] = X
-        for k in _STATS:
-            stats[k][:, it] = getattr(info, k)
-        for c in range(K):
-            counts = np.bincount(info.batches_per_update[c])
-            if len(counts) > len(hists[c]):
-                hists[c] = np.concatenate([hists[c], np.zeros(len(counts) - len(hists[c]),
-                                                              dtype=np.int64)])
-            hists[c][:len(counts)] += counts
-        elapsed[it] = time.perf_counter() - t1
-        if callback is not None:
-            callback(n_warmup + it, X, info)
-    t2 = time.perf_counter()
-    return [GibbsChainResult(draws[c], {k: v[c] for k, v in stats.items()}, hists[c],
-                             int(n_warm_terms[c]), int(stats["n_terms_evaluated"][c].sum()),
-                             (t1 - t0) / K, (t2 - t1) / K, elapsed.copy())
+    chain = _GibbsChain(step_chains, target, K)
+    out, stats, elapsed = _drive(chain, rng, X, params, n_warmup, n_draws, K * D,
+                                 np.zeros(K, dtype=np.int64))
+    draws = out.draws.reshape(-1, K, D)
+    return [GibbsChainResult(np.ascontiguousarray(draws[:, c]), {k: v[:, c] for k, v in stats.items()},
+                             chain.hists[c], int(out.adapt[c]),
+                             int(stats["n_terms_evaluated"][:, c].sum()),
+                             out.wall_time_warmup / K, out.wall_time_sampling / K, elapsed.copy())
             for c in range(K)]
