@@ -56,8 +56,6 @@ class ChainResult(NamedTuple):
     theta_star: np.ndarray
     #: Subsample size ``m`` used after warm-up (n_obs for full-data samplers).
     subsample_size: int
-    #: Times theta* and the mass matrix were re-estimated during warm-up.
-    n_refinements: int
     #: Sampler-specific tuning results (e.g. the block-Poisson lambda and a).
     extra: dict
     wall_time_warmup: float

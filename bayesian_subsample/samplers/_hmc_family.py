@@ -437,7 +437,7 @@ class _HMCFamily(SamplerConfig):
             n_integration_steps=adapt.n_integration_steps,
             inverse_mass_matrix=adapt.metric.inverse_mass_matrix,
             theta_star=np.asarray(adapt.expansion.theta_star),
-            subsample_size=int(adapter.subsample_size), n_refinements=0,
+            subsample_size=int(adapter.subsample_size),
             extra=dict(getattr(adapter, "extra", {})),
             resume=({"state": out.state, "adapt": adapt, "iteration": offset + out.n_done,
                      "adapter": snapshot} if out.warmup_complete else None))

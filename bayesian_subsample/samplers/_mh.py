@@ -89,8 +89,9 @@ class _MHFamily(SamplerConfig):
     def _init_state(self, posterior, position):
         """The kernel state at ``position`` (each MH sampler builds its own)."""
 
+    @abc.abstractmethod
     def _rows_per_decision(self, posterior):
-        raise NotImplementedError
+        """Rows one accept/reject decision reads (reported as the subsample size)."""
 
     def prepare(self, rng, posterior):
         """Posterior mode and the Hessian there, for the start and the proposal.
@@ -155,7 +156,7 @@ class _MHFamily(SamplerConfig):
         return out.result(
             n_draws, step_size=scale, n_integration_steps=1,
             inverse_mass_matrix=metric.inverse_mass_matrix, theta_star=ex.theta_star,
-            subsample_size=int(self._rows_per_decision(posterior)), n_refinements=0,
+            subsample_size=int(self._rows_per_decision(posterior)),
             extra=extra,
             resume={"state": out.state, "log_scale": log_s} if out.warmup_complete else None)
 

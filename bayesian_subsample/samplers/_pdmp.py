@@ -451,7 +451,7 @@ class _PDMPFamily(SamplerConfig):
             n_integration_steps=int(round(float(np.mean(stats["n_steps"])))) if n_done else 0,
             inverse_mass_matrix=inv_metric,
             theta_star=np.asarray(expansion.theta_star),
-            subsample_size=int(kernel.subsample_size), n_refinements=0, extra=extra,
+            subsample_size=int(kernel.subsample_size), extra=extra,
             resume=resume)
 
 

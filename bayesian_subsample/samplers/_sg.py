@@ -317,7 +317,7 @@ class _SGFamily(SamplerConfig):
             n_draws, step_size=float(kernel.step_size), n_integration_steps=int(kernel.n_steps),
             inverse_mass_matrix=kernel.metric.inverse_mass_matrix,
             theta_star=np.asarray(a.expansion.theta_star),
-            subsample_size=int(a.estimator.subsample_size), n_refinements=0,
+            subsample_size=int(a.estimator.subsample_size),
             extra=a.extra,
             resume=({"kernel": kernel, "state": out.state, "expansion": a.expansion,
                      "extra": a.extra}

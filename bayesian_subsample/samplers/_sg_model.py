@@ -234,7 +234,7 @@ def run_model_chain(config, rng: np.random.Generator, posterior: HierarchicalGra
         n_draws, step_size=float(final.params.step_size),
         n_integration_steps=int(getattr(final.params, "n_integration_steps", 1)),
         inverse_mass_matrix=np.ones(1), theta_star=np.full(1, np.nan),
-        subsample_size=chain.m, n_refinements=0,
+        subsample_size=chain.m,
         extra={"diverged_at": final.diverged_at, "learning_rate": chain.eta,
                "momentum_decay": chain.alpha, "updates_per_iteration": chain.steps_per_pass,
                "kept_iterations": kept_at, "final_hyper": final.hyper,
