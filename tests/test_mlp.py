@@ -6,6 +6,7 @@ from scipy import linalg, stats
 
 from bayesian_subsample.diagnostics import ess_bulk
 from bayesian_subsample.likelihood import HierarchicalPosterior, Hyperparameters
+from bayesian_subsample.likelihood._gradients import sample_without_replacement
 from bayesian_subsample.models import MLP, MLPModel
 from bayesian_subsample.samplers._sg_model import ModelSG, run_model_chain
 
@@ -242,3 +243,77 @@ def test_linear_network_negative_control_wrong_minibatch_scaling(method, eta):
     z_mean, z_sd, _, ess = _check_against_exact(method, bad, Z, y, H, mean, 300, eta)
     assert ess.min() > 50, ess
     assert not (np.all(z_mean < 4) and np.all(z_sd < 4))
+
+
+# ------------------------------------------------ forward mode (SBPS, eq. 10)
+@pytest.mark.parametrize("output,k", [("softmax", 3), ("sigmoid", 1), ("gaussian", 2)])
+@pytest.mark.parametrize("activation", ["logistic", "tanh", "relu", "identity"])
+@pytest.mark.parametrize("hidden", [(), (5,), (4, 3)])
+def test_per_row_directional_derivatives_match_finite_differences(output, k, activation,
+                                                                  hidden):
+    """The forward-mode pass gives d_i = u^T grad log p(y_i | x_i, theta) for every row."""
+    rng = np.random.default_rng(2)
+    net = MLP(4, hidden, k, activation, output)
+    X = rng.normal(size=(13, 4))
+    y = _data(output, 13, rng)
+    theta = rng.normal(size=net.dim)
+    u = rng.normal(size=net.dim)
+    ll, grad, along = net.loglik_grad_and_tangent(theta, X, y, 1.7)
+    ll0, grad0 = net.loglik_and_grad(theta, X, y, 1.7)
+    assert ll == ll0 and np.array_equal(grad, grad0)
+    d, curvature = along(u)
+    h = 1e-6
+    fd = (net.loglik_rows(theta + h * u, X, y, 1.7)
+          - net.loglik_rows(theta - h * u, X, y, 1.7)) / (2 * h)
+    assert d.shape == (13,) and d.dtype == np.float64
+    assert np.allclose(d, fd, rtol=1e-5, atol=1e-6)
+    assert d.sum() == pytest.approx(u @ grad, rel=1e-10, abs=1e-10)
+    assert curvature >= -1e-12
+    # Negative control: derivatives along another direction do not match.
+    assert not np.allclose(along(rng.normal(size=net.dim))[0], fd, rtol=1e-2, atol=1e-3)
+
+
+@pytest.mark.parametrize("output,k", [("softmax", 3), ("sigmoid", 1), ("gaussian", 2)])
+def test_gauss_newton_curvature_is_the_hessian_of_a_linear_network(output, k):
+    """Without hidden layers the network is a GLM and the Gauss-Newton curvature
+    along u is the exact second derivative of -sum_i log p along u; with a
+    nonlinear hidden layer it is the PSD part only (it still bounds nothing)."""
+    rng = np.random.default_rng(3)
+    X = rng.normal(size=(17, 4))
+    y = _data(output, 17, rng)
+    for hidden, exact in [((), True), ((6,), False)]:
+        net = MLP(4, hidden, k, "tanh", output)
+        theta = rng.normal(size=net.dim)
+        u = rng.normal(size=net.dim)
+        _, _, along = net.loglik_grad_and_tangent(theta, X, y, 1.7)
+        h = 1e-4
+        f = [-net.loglik_rows(theta + s * h * u, X, y, 1.7).sum() for s in (-1, 0, 1)]
+        second = (f[0] - 2 * f[1] + f[2]) / h ** 2
+        assert np.isclose(along(u)[1], second, rtol=1e-4) == exact
+
+
+def test_minibatch_observation_noise_variance_is_eq_10():
+    """variance_along(u) = (n^2/m)(1 - m/n) Var_S[u^T grad l_i] over the minibatch,
+    against a per-row loop; curvature_along adds the prior's u^T Lambda u."""
+    rng = np.random.default_rng(4)
+    net = MLP(3, (4,), 3, "logistic", "softmax")
+    n, m = 60, 12
+    X = rng.normal(size=(n, 3))
+    y = rng.integers(0, 3, n)
+    post = HierarchicalPosterior(MLPModel(net, X, y), net.layer_of_each_weight(),
+                                 net.glorot_init, prior_precision=0.5)
+    hyper, _ = post.init_hyper(rng, np.zeros(net.dim))
+    est = post.gradient_estimator(m, hyper)
+    theta = rng.normal(size=net.dim)
+    u = rng.normal(size=net.dim)
+    obs = est.observe(theta, np.random.default_rng(7))
+    idx = np.sort(sample_without_replacement(np.random.default_rng(7), n, m))
+    rows = np.array([net.loglik_and_grad(theta, X[i:i + 1], y[i:i + 1])[1] for i in idx])
+    assert np.allclose(obs.grad, (n / m) * rows.sum(0) - 0.5 * theta)
+    proj = rows @ u
+    expected = (n * n / m) * (1 - m / n) * proj.var(ddof=1)
+    assert obs.variance_along(u) == pytest.approx(expected, rel=1e-10)
+    # Negative control: without the finite-population correction it differs.
+    assert obs.variance_along(u) != pytest.approx((n * n / m) * proj.var(ddof=1), rel=1e-3)
+    _, _, along = net.loglik_grad_and_tangent(theta, X[idx], y[idx])
+    assert obs.curvature_along(u) == pytest.approx(0.5 * u @ u + (n / m) * along(u)[1])

@@ -38,7 +38,7 @@ import numpy as np
 from ._gradients import sample_without_replacement
 
 __all__ = ["RowModel", "Hyperparameters", "HierarchicalPosterior", "ModelMinibatchGradient",
-           "ModelFullTarget"]
+           "ModelFullTarget", "ModelObservation"]
 
 
 class RowModel(Protocol):
@@ -66,6 +66,12 @@ class RowModel(Protocol):
     def sum_squared_residuals(self, theta: np.ndarray) -> float:
         """Full-data residual sum of squares (only when ``has_noise_precision``)."""
 
+    # Optional: ``loglik_grad_and_tangent(theta, idx, noise_precision) -> (ll,
+    # grad, along)`` with ``along(u) -> (d, curvature)``: per-row directional
+    # derivatives ``u^T grad log p(y_i | theta)`` and the summed Gauss-Newton
+    # curvature along ``u``, by a forward-mode pass over the same rows (the
+    # stochastic bouncy particle sampler needs them; see ModelObservation).
+
 
 class Hyperparameters(NamedTuple):
     """Hyperparameters held fixed by the weight updates between Gibbs steps."""
@@ -91,6 +97,92 @@ class ModelMinibatchGradient:
         idx = sample_without_replacement(rng, p.n_obs, self.subsample_size)
         _, g = p.model.loglik_and_grad(position, np.sort(idx), self.hyper.noise_precision)
         return (p.n_obs / self.subsample_size) * g - self._prior_precision * position
+
+    def observe(self, position, rng):
+        """The estimate on a fresh minibatch, with its noise along any direction.
+
+        Returns a :class:`ModelObservation` (the
+        :class:`~bayesian_subsample.samplers._typing.MinibatchObservation` of
+        the stochastic bouncy particle sampler).  Needs a row model with
+        ``loglik_grad_and_tangent`` (per-row directional derivatives by a
+        forward-mode pass; :class:`~bayesian_subsample.models.MLPModel` has it).
+        """
+        p = self.posterior
+        tangent = getattr(p.model, "loglik_grad_and_tangent", None)
+        if tangent is None:
+            raise ValueError(
+                f"{type(p.model).__name__} gives no per-row directional derivatives "
+                "(loglik_grad_and_tangent), which the stochastic bouncy particle sampler "
+                "needs for its noise variance (Pakman et al., 2017, eq. 10). Use a "
+                "stochastic-gradient sampler.")
+        idx = np.sort(sample_without_replacement(rng, p.n_obs, self.subsample_size))
+        position = np.asarray(position, dtype=np.float64)
+        _, g, along = tangent(position, idx, self.hyper.noise_precision)
+        grad = (p.n_obs / self.subsample_size) * g - self._prior_precision * position
+        return ModelObservation(grad, along, p.n_obs, self.subsample_size,
+                                self._prior_precision)
+
+
+class ModelObservation:
+    """A minibatch estimate of ``grad log pi`` with per-row directional derivatives.
+
+    ``grad = (n/m) sum_{i in S} grad l_i - Lambda theta`` (``l_i`` the log
+    likelihood of row ``i``, ``Lambda`` the diagonal prior precision).  For a
+    direction ``u`` the variance of ``u^T grad`` under sampling ``m`` rows
+    without replacement is estimated by eq. (10) of Pakman et al. (2017) with
+    its finite-population correction::
+
+        (n^2 / m) (1 - m/n) Var_S[u^T grad l_i]
+
+    (sample variance, divisor ``m - 1``), from the per-row directional
+    derivatives of one forward-mode pass over the same minibatch
+    (``along(u)``), never the (m, dim) per-row gradients.
+
+    Attributes
+    ----------
+    grad : ndarray of shape (dim,)
+    subsample_size : int
+    """
+
+    __slots__ = ("grad", "subsample_size", "_along", "_scale", "_factor", "_prec", "_cache")
+
+    def __init__(self, grad, along, n_obs, subsample_size, prior_precision):
+        self.grad = grad
+        self.subsample_size = m = int(subsample_size)
+        self._along = along
+        self._scale = n_obs / m
+        self._factor = (n_obs * n_obs / m) * (1.0 - m / n_obs) / (m - 1) if m > 1 else 0.0
+        self._prec = prior_precision
+        self._cache = None
+
+    def _directional(self, direction):
+        direction = np.asarray(direction, dtype=np.float64)
+        if self._cache is None or not np.array_equal(self._cache[0], direction):
+            self._cache = (direction.copy(), *self._along(direction))
+        return self._cache[1], self._cache[2]
+
+    def variance_along(self, direction):
+        """Estimated variance of ``direction^T grad`` (eq. 10), a float >= 0."""
+        if self._factor == 0.0:
+            return 0.0
+        d, _ = self._directional(direction)
+        dev = d - d.mean()
+        return float(self._factor * (dev @ dev))
+
+    def curvature_along(self, direction):
+        """Estimated Gauss-Newton curvature of ``-log pi`` along ``direction``.
+
+        ``u^T Lambda u + (n/m) sum_{i in S} u^T J_i^T F_i J_i u``: the prior's
+        exact curvature plus the minibatch estimate of the likelihood's
+        generalised Gauss-Newton curvature (the positive semi-definite part of
+        the Hessian of ``-sum_i l_i``), from the same forward-mode pass as
+        :meth:`variance_along`.  The SBPS driver for networks uses it for the
+        slope prior and the proposal horizon of the local regression (eq. 11)
+        instead of a Hessian at a mode.
+        """
+        direction = np.asarray(direction, dtype=np.float64)
+        _, ggn = self._directional(direction)
+        return float(self._prec @ (direction * direction)) + self._scale * ggn
 
 
 class ModelFullTarget:

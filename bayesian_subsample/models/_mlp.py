@@ -188,6 +188,12 @@ class MLP:
         layers = self.unpack(theta, self._dtype(X))
         acts, z = self.forward(theta, X, layers)
         ll, delta = self.output_loglik(z, y, noise_precision)
+        return float(ll.sum()), self.backward(acts, delta, layers)
+
+    def backward(self, acts, delta, layers):
+        """Gradient (float64, shape (dim,)) of ``sum_i`` of a function of the
+        outputs whose derivative with respect to the output pre-activation is
+        ``delta`` (rows, n_outputs), given the forward pass ``acts``."""
         grad = np.empty(self.dim)
         for layer in range(self.n_layers - 1, -1, -1):
             w, b = self.slices[layer]
@@ -199,7 +205,77 @@ class MLP:
             if layer:
                 delta = delta @ layers[layer][0].T
                 delta *= _activation_slope(self.activation, acts[layer])
-        return float(ll.sum()), grad
+        return grad
+
+    def tangent(self, direction, acts, layers):
+        """Forward-mode pass: the output pre-activation's derivative along ``direction``.
+
+        ``d/ds z(x_i; theta + s u)`` at ``s = 0`` for every row, shape
+        (rows, n_outputs), given the forward pass ``acts`` at ``theta`` and
+        its cast weights ``layers``.  The tangent of each layer's input is
+        carried alongside it (``dz_l = a_l dW_l + db_l + da_l W_l``,
+        ``da_{l+1} = sigma'(z_l) dz_l``): two matrix products per layer, about
+        the cost of the forward pass, and never the (rows, dim) matrix of
+        per-row gradients.
+        """
+        dt = acts[0].dtype
+        tangents = self.unpack(np.asarray(direction, dtype=np.float64), dt)
+        da = None
+        for layer, ((W, _), (dW, db)) in enumerate(zip(layers, tangents)):
+            dz = acts[layer] @ dW
+            dz += db
+            if da is not None:
+                dz += da @ W
+            if layer < len(layers) - 1:
+                da = _activation_slope(self.activation, acts[layer + 1]) * dz
+        return dz
+
+    def output_curvature(self, z, dz, noise_precision=1.0):
+        """Per-row Gauss-Newton curvature ``dz^T F(z) dz`` of ``-log p(y|z)``.
+
+        ``F`` is the Hessian of the negative log likelihood with respect to
+        the output pre-activation (it does not depend on ``y`` for these
+        outputs): ``diag(p) - p p^T`` for the softmax, ``p (1 - p)`` for the
+        sigmoid, ``tau I`` for the Gaussian.  Summed over rows with ``dz`` the
+        tangent along ``u`` it is the generalised Gauss-Newton curvature
+        ``u^T J^T F J u`` of the negative log likelihood along ``u`` (the
+        positive semi-definite part of its Hessian; Schraudolph, 2002).
+        """
+        z = np.asarray(z, dtype=np.float64)
+        dz = np.asarray(dz, dtype=np.float64)
+        if self.output == "softmax":
+            p = np.exp(log_softmax(z, axis=1))
+            pdz = np.einsum("ij,ij->i", p, dz)
+            return np.einsum("ij,ij->i", p, dz * dz) - pdz * pdz
+        if self.output == "sigmoid":
+            p = expit(z[:, 0])
+            return p * (1.0 - p) * dz[:, 0] ** 2
+        return float(noise_precision) * np.einsum("ij,ij->i", dz, dz)
+
+    def loglik_grad_and_tangent(self, theta, X, y, noise_precision=1.0):
+        """``loglik_and_grad`` plus a closure for per-row directional derivatives.
+
+        Returns ``(ll, grad, along)`` where ``along(u)`` returns
+        ``(d, curvature)``: ``d_i = u^T grad log p(y_i | x_i, theta)`` for
+        every row (float64, shape (rows,)), by the forward-mode pass
+        :meth:`tangent` reusing this forward pass (``d_i = delta_i^T dz_i``
+        with ``delta_i`` the output error), and the summed Gauss-Newton
+        curvature of the negative log likelihood along ``u``
+        (:meth:`output_curvature`).  Each call of ``along`` costs about one
+        forward pass (Pakman et al., 2017, eq. 10 needs the per-row ``d_i``;
+        §4 notes that directional derivatives cost less than gradients).
+        """
+        layers = self.unpack(theta, self._dtype(X))
+        acts, z = self.forward(theta, X, layers)
+        ll, delta = self.output_loglik(z, y, noise_precision)
+        grad = self.backward(acts, delta, layers)
+
+        def along(direction):
+            dz = self.tangent(direction, acts, layers)
+            d = np.einsum("ij,ij->i", delta, dz, dtype=np.float64)
+            return d, float(self.output_curvature(z, dz, noise_precision).sum())
+
+        return float(ll.sum()), grad, along
 
     def gradient_moments(self, theta, X, y, noise_precision=1.0):
         """Sums over rows of the per-row gradients and of their squares.
@@ -274,6 +350,12 @@ class MLPModel(ChunkedRowModel):
     def loglik_rows(self, theta, idx, noise_precision=1.0):
         """Per-observation log likelihoods of rows ``idx``."""
         return self.network.loglik_rows(theta, self.X[idx], self.y[idx], noise_precision)
+
+    def loglik_grad_and_tangent(self, theta, idx, noise_precision=1.0):
+        """:meth:`MLP.loglik_grad_and_tangent` on rows ``idx`` (per-row directional
+        derivatives for the stochastic bouncy particle sampler)."""
+        return self.network.loglik_grad_and_tangent(theta, self.X[idx], self.y[idx],
+                                                    noise_precision)
 
     def sum_squared_residuals(self, theta):
         """``sum_i ||y_i - f(x_i)||^2`` over all rows (gaussian output), by chunks."""
