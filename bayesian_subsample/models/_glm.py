@@ -43,11 +43,27 @@ from ._predictive import (
 )
 
 __all__ = ["LogisticFamily", "GaussianFamily", "PoissonFamily", "GLM", "DEFAULT_CHUNK_SIZE",
-           "serial_map"]
+           "FLOAT32_BLOCK_ROWS", "FLOAT32_GEMM_ROWS", "serial_map"]
 
 #: Rows per chunk in full passes. 16384 rows x 30 float64 features is 4 MB,
 #: small enough to stay in cache between the forward and backward product.
 DEFAULT_CHUNK_SIZE = 16384
+
+#: Rows per block of a float32 chunk in full passes (issue 15: "float32 data
+#: stay float32 in passes, accumulate in float64").  A chunk of a float32
+#: ``X`` is read as it is (no float64 copy of the chunk) and walked in blocks
+#: of this many rows: each block is widened (exactly) into a float64 buffer
+#: for ``eta``, the terms and the gradient, while it is in cache.
+FLOAT32_BLOCK_ROWS = 8192
+
+#: Rows per float32 product in the curvature sums ``sum_i c_i x_i x_i^T`` of
+#: float32 rows: the block scaled by ``c`` (a (d, 1024) float32 copy, 120 kB
+#: at d = 30, that stays in the core's cache) times the block, one sgemm at
+#: about the core's float32 peak, every product added into float64.  The
+#: float64 route made a row-scaled float64 copy of the whole chunk and a
+#: dgemm on it: twice the memory traffic and half the arithmetic rate.
+#: Measured in ``doc/benchmarks.rst`` (``benchmarks/bench_passes.py``).
+FLOAT32_GEMM_ROWS = 1024
 
 
 def _on_source(item):
@@ -68,6 +84,22 @@ def serial_map(fn, items):
     map gives bit-identical sums.
     """
     return [fn(item) for item in items]
+
+
+def _outer_float32(X32, c):
+    """``sum_i c_i x_i x_i^T`` (float64, (d, d)) of float32 rows ``X32``.
+
+    Blocks of :data:`FLOAT32_GEMM_ROWS` rows: each block scaled by ``c``
+    into a (d, rows) float32 copy that stays in cache, then one float32
+    matrix product with the block; the products are added in float64.
+    """
+    out = np.zeros((X32.shape[1], X32.shape[1]))
+    B = FLOAT32_GEMM_ROWS
+    c32 = c.astype(np.float32)
+    for s in range(0, len(X32), B):
+        xb = X32[s:s + B]
+        out += (xb.T * c32[s:s + B]) @ xb
+    return out
 
 
 def _on_chunk(model, method, args, bounds):
@@ -329,10 +361,31 @@ class GLM:
             yield start, min(start + self.chunk_size, n)
 
     def chunk_rows(self, start, stop):
-        """Design rows, targets and weights of the contiguous block ``start:stop``."""
-        Xr = np.asarray(self.X[start:stop], dtype=np.float64)
+        """Design rows, targets and weights of the contiguous block ``start:stop``.
+
+        Rows of a float32 ``X`` are returned as they are (a view, no copy);
+        the chunk methods (``_block_*``) walk them in blocks of
+        :data:`FLOAT32_BLOCK_ROWS` and accumulate in float64.  Anything
+        else is read as float64.
+        """
+        Xr = self.X[start:stop]
+        if not (isinstance(Xr, np.ndarray) and Xr.dtype == np.float32):
+            Xr = np.asarray(Xr, dtype=np.float64)
         wr = None if self.sample_weight is None else self.sample_weight[start:stop]
         return Xr, self.y[start:stop], wr
+
+    @staticmethod
+    def _float32_blocks(Xr, yr, wr):
+        """Blocks ``(xb, Xd, yb, wb)`` of a float32 chunk: rows as float32 and the
+        same rows widened (exactly) to float64 in one reused buffer, which the
+        caller must not keep past the next block."""
+        B = FLOAT32_BLOCK_ROWS
+        buf = np.empty((min(B, len(Xr)), Xr.shape[1]))
+        for s in range(0, len(Xr), B):
+            xb = Xr[s:s + B]
+            Xd = buf[:len(xb)]
+            np.copyto(Xd, xb)
+            yield xb, Xd, yr[s:s + B], None if wr is None else wr[s:s + B]
 
     # ----------------------------------------------------- linear predictor
     def eta(self, theta, Xr):
@@ -351,7 +404,15 @@ class GLM:
         return Xr.T @ g
 
     def weighted_outer(self, Xr, c):
-        """``sum_i c_i x_i x_i^T`` in ``theta`` coordinates, shape (dim, dim)."""
+        """``sum_i c_i x_i x_i^T`` in ``theta`` coordinates, shape (dim, dim).
+
+        For float32 rows, blocks of :data:`FLOAT32_GEMM_ROWS` rows: the
+        products in float32 (a float32 matrix product of the block scaled
+        by ``c`` with the block), the intercept row and every block's
+        result summed in float64.
+        """
+        if Xr.dtype == np.float32:
+            return self._weighted_outer_float32(Xr, c)
         p = self.dim
         out = np.empty((p, p))
         if self.fit_intercept:
@@ -363,6 +424,25 @@ class GLM:
         else:
             out[:] = (Xr * c[:, None]).T @ Xr
         return out
+
+    def _weighted_outer_float32(self, Xr, c, Xd=None):
+        """:meth:`weighted_outer` of float32 rows ``Xr``; ``Xd``, when given, holds
+        the same rows widened to float64 (the intercept row is then a float64
+        product with it)."""
+        j = int(self.fit_intercept)
+        out = np.empty((self.dim, self.dim))
+        out[j:, j:] = _outer_float32(Xr, c)
+        if j:
+            cx = (Xr if Xd is None else Xd).T @ c
+            out[0, 0] = c.sum()
+            out[0, 1:] = cx
+            out[1:, 0] = cx
+        return out
+
+    def _block_weighted_outer(self, xb, Xd, c):
+        """:meth:`weighted_outer` of one block of float32 rows ``xb`` whose float64
+        widening ``Xd`` is at hand (see :meth:`_block_sums`)."""
+        return self._weighted_outer_float32(xb, c, Xd)
 
     def design(self, Xr):
         """Rows in ``theta`` coordinates (a leading column of ones if needed)."""
@@ -437,6 +517,11 @@ class GLM:
         return grad
 
     def _block_grad(self, Xr, yr, wr, theta):
+        if Xr.dtype == np.float32:
+            grad = np.zeros(self.dim)
+            for _, Xd, yb, wb in self._float32_blocks(Xr, yr, wr):
+                grad += self._block_grad(Xd, yb, wb, theta)
+            return grad
         d1 = self.family.grad_eta(yr, self.eta(theta, Xr))
         if wr is not None:
             d1 = d1 * wr
@@ -497,7 +582,25 @@ class GLM:
         return (value, grad, hess)[: order + 1]
 
     def _block_sums(self, Xr, yr, wr, theta, order):
-        """Value, gradient and Hessian sums (up to ``order``) over the rows ``Xr``."""
+        """Value, gradient and Hessian sums (up to ``order``) over the rows ``Xr``.
+
+        Float32 rows are walked in blocks of :data:`FLOAT32_BLOCK_ROWS`:
+        ``eta``, the terms and the gradient from the block widened to
+        float64, the curvature sum from the float32 block, every block's
+        sums added in float64 -- each row touched while it is in cache.
+        """
+        if Xr.dtype == np.float32:
+            value = 0.0
+            grad = np.zeros(self.dim) if order >= 1 else None
+            hess = np.zeros((self.dim, self.dim)) if order >= 2 else None
+            for xb, Xd, yb, wb in self._float32_blocks(Xr, yr, wr):
+                terms = self.eta_terms(yb, wb, self.eta(theta, Xd), order)
+                value += terms[0].sum()
+                if order >= 1:
+                    grad += self.backprop(Xd, terms[1])
+                if order >= 2:
+                    hess += self._block_weighted_outer(xb, Xd, terms[2])
+            return [value, grad, hess][: order + 1]
         terms = self.eta_terms(yr, wr, self.eta(theta, Xr), order)
         out = [terms[0].sum()]
         if order >= 1:

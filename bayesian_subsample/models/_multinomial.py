@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._glm import DEFAULT_CHUNK_SIZE, GLM
+from ._glm import DEFAULT_CHUNK_SIZE, FLOAT32_GEMM_ROWS, GLM
 from ._predictive import for_each_prob
 
 __all__ = ["SoftmaxFamily", "MultinomialGLM", "softmax_log_proba"]
@@ -246,6 +246,8 @@ class MultinomialGLM(GLM):
         ``K (K + 1) / 2`` class pairs, not over rows).
         """
         K, p = self.n_classes, self.n_design
+        if Xr.dtype == np.float32:
+            return self._weighted_outer_float32(Xr, c)
         Z = self.design(Xr)
         out = np.empty((K, p, K, p))
         for k in range(K):
@@ -256,8 +258,50 @@ class MultinomialGLM(GLM):
                     out[l, :, k, :] = block.T
         return out.reshape(K * p, K * p)
 
+    def _block_weighted_outer(self, xb, Xd, c):
+        """:meth:`weighted_outer` of one block of float32 rows (``Xd`` unused)."""
+        return self._weighted_outer_float32(xb, c)
+
+    def _design_float32(self, xb):
+        """Float32 design rows of a block (the ones column in float32 too)."""
+        if not self.fit_intercept:
+            return xb
+        Z = np.empty((len(xb), xb.shape[1] + 1), dtype=np.float32)
+        Z[:, 0] = 1.0
+        Z[:, 1:] = xb
+        return Z
+
+    def _weighted_outer_float32(self, Xr, c):
+        """:meth:`weighted_outer` of float32 rows: per block of
+        :data:`~bayesian_subsample.models._glm.FLOAT32_GEMM_ROWS` rows one
+        float32 product per class pair of the design scaled by ``c_kl`` (a
+        copy that stays in cache) with the design, added in float64."""
+        K, p = self.n_classes, self.n_design
+        out = np.zeros((K, p, K, p))
+        for s in range(0, len(Xr), FLOAT32_GEMM_ROWS):
+            Z = self._design_float32(Xr[s:s + FLOAT32_GEMM_ROWS])
+            cb = c[s:s + FLOAT32_GEMM_ROWS].astype(np.float32)
+            Zt = Z.T
+            for k in range(K):
+                for l in range(k, K):
+                    block = (Zt * cb[:, k, l]) @ Z
+                    out[k, :, l, :] += block
+                    if l != k:
+                        out[l, :, k, :] += block.T
+        return out.reshape(K * p, K * p)
+
     def design_outer(self, Xr, w):
-        """``sum_i w_i z_i z_i^T``, shape (p, p) (for curvature bounds)."""
+        """``sum_i w_i z_i z_i^T``, shape (p, p) (for curvature bounds).
+
+        Float32 rows in blocks, products in float32, sums in float64 (as
+        :meth:`weighted_outer`).
+        """
+        if Xr.dtype == np.float32:
+            out = np.zeros((self.n_design, self.n_design))
+            for s in range(0, len(Xr), FLOAT32_GEMM_ROWS):
+                Z = self._design_float32(Xr[s:s + FLOAT32_GEMM_ROWS])
+                out += (Z.T * w[s:s + FLOAT32_GEMM_ROWS].astype(np.float32)) @ Z
+            return out
         Z = self.design(Xr)
         return (Z * w[:, None]).T @ Z
 
@@ -287,6 +331,8 @@ class MultinomialGLM(GLM):
 
     def _block_grad(self, Xr, yr, wr, theta):
         """One chunk's gradient sum for :meth:`GLM.grad_sum` (weights per row, K columns)."""
+        if Xr.dtype == np.float32:
+            return GLM._block_grad(self, Xr, yr, wr, theta)
         d1 = self.family.grad_eta(yr, self.eta(theta, Xr))
         if wr is not None:
             d1 = d1 * wr[:, None]
