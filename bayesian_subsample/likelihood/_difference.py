@@ -53,14 +53,16 @@ using ``grad sigma2_hat = (2 n^2/m^2) sum_i (d_i - dbar) x_i g_i`` (the
 from __future__ import annotations
 
 import math
-import threading
+from threading import get_ident
 from typing import NamedTuple
 
 import numpy as np
 
 from ..models._glm import GLM
+from ..models._prior import GaussianPrior
 
 _GLM_ETA_TERMS = GLM.eta_terms
+_add_reduce = np.add.reduce  # ndarray.sum without its Python wrapper (same summation)
 
 __all__ = ["Subsample", "DifferenceEstimator", "ConditionalTarget", "block_layout",
            "ProposalPool", "prefetch_size"]
@@ -197,6 +199,29 @@ class DifferenceEstimator:
         self._loglik_into = (into if self.n_linear_predictors == 1
                              and getattr(type(model), "eta_terms", None) is _GLM_ETA_TERMS
                              else None)
+        self._inline_terms()
+
+    def _inline_terms(self):
+        """What :meth:`_evaluate_into` reads instead of calling
+        ``expansion.population_sum`` and ``prior.logdensity_and_grad``.
+
+        For the order-2 expansion and the diagonal :class:`GaussianPrior` (the
+        defaults) the estimator evaluates both inline, with the same
+        operations in the same order (bit-identical), which saves two Python
+        calls per estimate; any other expansion or prior is called.
+        ``-precision`` is stored negated: ``(-p) theta`` is ``-(p theta)``
+        exactly.
+        """
+        ex, prior = self.expansion, self.prior
+        self._quad = None
+        if ex.order == 2:
+            self._quad = (np.asarray(ex.theta_star), ex.loglik, ex.grad, ex.hess)
+        self._gauss = None
+        if (type(prior).logdensity_and_grad is GaussianPrior.logdensity_and_grad
+                and isinstance(prior, GaussianPrior)):
+            self._gauss = (-prior.precision, prior._log_norm)
+        #: Scratch space of :meth:`_evaluate_into`, one set per thread.
+        self._work = {}
 
     def design_eta(self, Z, theta):
         """Linear predictors of the cached design rows ``Z``: (m,) or (m, K)."""
@@ -291,22 +316,29 @@ class DifferenceEstimator:
         rejected.  Any other reference to ``sub`` sees the proposal.
         """
         lo, hi, new_idx, Zr, yr, wr = self._draw_block(rng, sub)
-        undo = (lo, hi, tuple(None if f is None else f[lo:hi].copy() for f in sub[:-1]))
-        Zb = sub.Z[lo:hi]
+        indices, Z, y, w, eta_star, a, b, half_c = sub[:-1]
+        # The replaced block of every field (written out: no generator per proposal).
+        undo = (lo, hi, (indices[lo:hi].copy(), Z[lo:hi].copy(), y[lo:hi].copy(),
+                         None if w is None else w[lo:hi].copy(), eta_star[lo:hi].copy(),
+                         a[lo:hi].copy(), b[lo:hi].copy(), half_c[lo:hi].copy()))
+        Zb = Z[lo:hi]
         Zb[...] = Zr
-        sub.indices[lo:hi] = new_idx
-        sub.y[lo:hi] = yr
-        if sub.w is not None:
-            sub.w[lo:hi] = wr
+        indices[lo:hi] = new_idx
+        y[lo:hi] = yr
+        if w is not None:
+            w[lo:hi] = wr
         ex = self.expansion
-        eta_star = self.design_eta(Zb, ex.theta_star)
-        sub.eta_star[lo:hi] = eta_star
-        a, b, c = self.model.eta_terms(yr, wr, eta_star, 2)
-        sub.a[lo:hi] = a
+        es = eta_star[lo:hi]
+        if self.n_linear_predictors == 1:
+            np.matmul(Zb, ex.theta_star, out=es)  # design_eta, written in place
+        else:
+            es[...] = self.design_eta(Zb, ex.theta_star)
+        ta, tb, tc = self.model.eta_terms(yr, wr, es, 2)
+        a[lo:hi] = ta
         if ex.order >= 1:
-            sub.b[lo:hi] = b
+            b[lo:hi] = tb
         if ex.order >= 2:
-            np.multiply(c, 0.5, out=sub.half_c[lo:hi])
+            np.multiply(tc, 0.5, out=half_c[lo:hi])
         return sub, undo
 
     @staticmethod
@@ -358,53 +390,70 @@ class DifferenceEstimator:
         return ell - (sub.a + np.einsum("ik,ik->i", delta, slope)), d1 - (slope + hcd)
 
     def _scratch(self, m):
-        """Six float64 work arrays of length ``m``, one set per thread."""
-        local = self.__dict__.get("_local")
-        if local is None:
-            local = self.__dict__.setdefault("_local", threading.local())
-        bufs = getattr(local, "bufs", None)
-        if bufs is None or len(bufs[0]) != m:
-            bufs = local.bufs = tuple(np.empty(m) for _ in range(6))
+        """Six float64 work arrays of length ``m`` for the calling thread."""
+        bufs = self._work[get_ident()] = tuple(np.empty(m) for _ in range(6))
         return bufs
 
     def __getstate__(self):
         state = dict(self.__dict__)
-        state.pop("_local", None)  # scratch space, per thread; rebuilt on demand
+        state["_work"] = {}  # scratch space, per thread; rebuilt on demand
         return state
 
     def _evaluate_into(self, theta, sub, loglik_into):
         """:meth:`evaluate` for one linear predictor, in preallocated work arrays.
 
-        The operations and their order are those of :meth:`differences` and
-        :meth:`evaluate` (bit-identical results); only the temporaries are
-        reused, which takes the per-estimate cost of ``m``-vector arithmetic
-        to its floor (``benchmarks/bench_iteration.py``).
+        The operations and their order are those of :meth:`differences`,
+        :meth:`evaluate`, ``expansion.population_sum`` and
+        ``prior.logdensity_and_grad`` (bit-identical results); only the
+        temporaries are reused and the two calls inlined where
+        :meth:`_inline_terms` allows, which takes the per-estimate cost of
+        ``m``-vector arithmetic to its floor (``benchmarks/bench_iteration.py``).
         """
-        m = len(sub.y)
-        eta, delta, ell, g, tmp, d = self._scratch(m)
-        np.matmul(sub.Z, theta, out=eta)
-        np.subtract(eta, sub.eta_star, out=delta)
-        loglik_into(sub.y, eta, ell, g, tmp)
-        if sub.w is not None:
-            np.multiply(ell, sub.w, out=ell)
-            np.multiply(g, sub.w, out=g)
-        hcd = np.multiply(sub.half_c, delta, out=tmp)
-        slope = np.add(sub.b, hcd, out=eta)
+        y = sub.y
+        m = y.shape[0]
+        bufs = self._work.get(get_ident())
+        if bufs is None or bufs[0].shape[0] != m:
+            bufs = self._scratch(m)
+        eta, delta, ell, g, tmp, d = bufs
+        Z = sub.Z
+        np.matmul(Z, theta, out=eta)
+        np.subtract(eta, sub.eta_star, delta)
+        loglik_into(y, eta, ell, g, tmp)
+        w = sub.w
+        if w is not None:
+            np.multiply(ell, w, ell)
+            np.multiply(g, w, g)
+        hcd = np.multiply(sub.half_c, delta, tmp)
+        slope = np.add(sub.b, hcd, eta)
         # d = ell - (a + delta slope), g = d1 - (slope + hcd): see differences().
-        np.multiply(delta, slope, out=d)
-        np.add(sub.a, d, out=d)
-        np.subtract(ell, d, out=d)
-        np.add(slope, hcd, out=slope)
-        np.subtract(g, slope, out=g)
-        total = float(d.sum())
-        dev = np.subtract(d, total / m, out=d)
-        sigma2 = self._n2_over_m2 * float(dev @ dev)
-        qsum, qgrad = self.expansion.population_sum(theta)
-        lp, gp = self.prior.logdensity_and_grad(theta)
-        np.multiply(dev, self._n2_over_m2, out=dev)
-        np.subtract(self._n_over_m, dev, out=dev)
-        np.multiply(g, dev, out=g)
-        grad = sub.Z.T @ g
+        np.multiply(delta, slope, d)
+        np.add(sub.a, d, d)
+        np.subtract(ell, d, d)
+        np.add(slope, hcd, slope)
+        np.subtract(g, slope, g)
+        total = float(_add_reduce(d))
+        dev = np.subtract(d, total / m, d)
+        n2m2 = self._n2_over_m2
+        sigma2 = n2m2 * float(dev @ dev)
+        quad = self._quad
+        if quad is None:
+            qsum, qgrad = self.expansion.population_sum(theta)
+        else:  # TaylorExpansion.population_sum, order 2
+            ts, ll, qa, qh = quad
+            dq = theta - ts
+            hd = qh @ dq
+            qsum = ll + qa @ dq + 0.5 * dq @ hd
+            qgrad = np.add(qa, hd, hd)
+        gauss = self._gauss
+        if gauss is None:
+            lp, gp = self.prior.logdensity_and_grad(theta)
+        else:  # GaussianPrior.logdensity_and_grad
+            gp = gauss[0] * theta
+            lp = gauss[1] + 0.5 * np.dot(gp, theta)
+        np.multiply(dev, n2m2, dev)
+        np.subtract(self._n_over_m, dev, dev)
+        np.multiply(g, dev, g)
+        grad = Z.T @ g
         grad += qgrad
         grad += gp
         return Estimate(qsum + self._n_over_m * total - 0.5 * sigma2 + lp, grad, sigma2)

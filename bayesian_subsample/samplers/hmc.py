@@ -17,11 +17,12 @@ flagged in :class:`HMCInfo` and counted by the driver.
 
 from __future__ import annotations
 
+from math import isfinite
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
-from .integrators import leapfrog
+from .integrators import leapfrog_unguarded
 from .metric import kinetic_energy, sample_momentum
 
 if TYPE_CHECKING:
@@ -105,15 +106,15 @@ def step(rng: np.random.Generator, state: HMCState, target: DifferentiableTarget
     metric = params.metric
     momentum = sample_momentum(rng, metric)
     energy0 = -state.logdensity + kinetic_energy(momentum, metric)
-    end = leapfrog(target, state.position, momentum, state.logdensity_grad,
-                   params.step_size, params.n_integration_steps, metric)
-    if end.diverged:
-        energy_error = np.inf
-    else:
-        with np.errstate(over="ignore", invalid="ignore"):
-            energy_error = -end.logdensity + kinetic_energy(end.momentum, metric) - energy0
-        if not np.isfinite(energy_error):
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        end = leapfrog_unguarded(target, state.position, momentum, state.logdensity_grad,
+                                 params.step_size, params.n_integration_steps, metric)
+        if end.diverged:
             energy_error = np.inf
+        else:
+            energy_error = -end.logdensity + kinetic_energy(end.momentum, metric) - energy0
+            if not isfinite(energy_error):
+                energy_error = np.inf
     divergent = bool(energy_error > params.divergence_threshold)
     acceptance = 0.0 if divergent else float(np.exp(min(0.0, -energy_error)))
     accepted = (not divergent) and rng.random() < acceptance

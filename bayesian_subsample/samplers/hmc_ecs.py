@@ -26,6 +26,7 @@ for path; this is tested.
 
 from __future__ import annotations
 
+from math import isfinite
 from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
@@ -113,7 +114,7 @@ def update_subsample(rng: np.random.Generator, state: HMCECSState,
         proposal, undo = in_place(rng, state.subsample)
     est = estimator.evaluate(state.position, proposal)
     cost = estimator.n_rows(proposal)
-    if np.isfinite(est.logdensity):
+    if isfinite(est.logdensity):
         # The prior and sum_k q_k(theta) are common to both estimates and cancel.
         log_ratio = est.logdensity - state.logdensity
         acceptance = float(np.exp(min(0.0, log_ratio)))

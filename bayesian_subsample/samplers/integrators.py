@@ -22,17 +22,20 @@ density or gradient stops the trajectory early and is reported as
 
 from __future__ import annotations
 
+from math import isfinite
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
-
-from .metric import velocity
 
 if TYPE_CHECKING:
     from ._typing import DifferentiableTarget
 
 
-__all__ = ["IntegratorState", "leapfrog"]
+__all__ = ["IntegratorState", "leapfrog", "leapfrog_unguarded"]
+
+# ``np.isfinite(g).all()`` without ndarray.all's Python wrapper (same result).
+_isfinite = np.isfinite
+_all = np.logical_and.reduce
 
 
 class IntegratorState(NamedTuple):
@@ -69,29 +72,44 @@ def leapfrog(target: DifferentiableTarget, position, momentum, logdensity_grad, 
     -------
     IntegratorState
     """
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        return leapfrog_unguarded(target, position, momentum, logdensity_grad, step_size,
+                                  n_steps, metric)
+
+
+def leapfrog_unguarded(target: DifferentiableTarget, position, momentum, logdensity_grad,
+                       step_size, n_steps, metric):
+    """:func:`leapfrog` for a caller that already ignores floating-point warnings
+    (``np.errstate(over="ignore", invalid="ignore", divide="ignore")``), as
+    :func:`.hmc.step` does around the trajectory and its energy, so that one
+    transition enters that context once.  The velocity ``M^{-1} p`` is
+    :func:`.metric.velocity`, written out.
+    """
     eps = float(step_size)
     half = 0.5 * eps
+    minv = metric.inverse_mass_matrix
+    dense = minv.ndim == 2
     grad_only = getattr(target, "grad", None)
     with_aux = getattr(target, "logdensity_grad_and_aux", None)
     aux = None
-    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
-        p = momentum + half * logdensity_grad
-        x = position
-        logdensity = np.nan
-        grad = logdensity_grad
-        for i in range(n_steps):
-            x = x + eps * velocity(p, metric)
-            if grad_only is not None and i < n_steps - 1:
-                grad = grad_only(x)
-                if not np.isfinite(grad).all():
-                    return IntegratorState(x, p, -np.inf, grad, i + 1, True)
-                p = p + eps * grad
-                continue
-            if with_aux is None:
-                logdensity, grad = target.logdensity_and_grad(x)
-            else:
-                logdensity, grad, aux = with_aux(x)
-            if not (np.isfinite(logdensity) and np.isfinite(grad).all()):
-                return IntegratorState(x, p, -np.inf, grad, i + 1, True, aux)
-            p = p + (eps if i < n_steps - 1 else half) * grad
+    p = momentum + half * logdensity_grad
+    x = position
+    logdensity = np.nan
+    grad = logdensity_grad
+    last = n_steps - 1
+    for i in range(n_steps):
+        x = x + eps * (minv @ p if dense else minv * p)
+        if grad_only is not None and i < last:
+            grad = grad_only(x)
+            if not _all(_isfinite(grad)):
+                return IntegratorState(x, p, -np.inf, grad, i + 1, True)
+            p = p + eps * grad
+            continue
+        if with_aux is None:
+            logdensity, grad = target.logdensity_and_grad(x)
+        else:
+            logdensity, grad, aux = with_aux(x)
+        if not (isfinite(logdensity) and _all(_isfinite(grad))):
+            return IntegratorState(x, p, -np.inf, grad, i + 1, True, aux)
+        p = p + (eps if i < last else half) * grad
     return IntegratorState(x, p, float(logdensity), grad, n_steps, False, aux)

@@ -70,19 +70,22 @@ def metric_from_mass_matrix(mass_matrix, dense=True):
 
 def sample_momentum(rng, metric):
     """Draw ``p ~ N(0, M)``."""
-    z = rng.standard_normal(metric.mass_sqrt.shape[0])
-    if metric.dense:
-        return metric.mass_sqrt @ z
-    return metric.mass_sqrt * z
+    sqrt = metric.mass_sqrt
+    z = rng.standard_normal(sqrt.shape[0])
+    if metric.inverse_mass_matrix.ndim == 2:  # metric.dense, without the property call
+        return sqrt @ z
+    return sqrt * z
 
 
 def velocity(momentum, metric):
     """``M^{-1} p``, the time derivative of the position."""
-    if metric.dense:
-        return metric.inverse_mass_matrix @ momentum
-    return metric.inverse_mass_matrix * momentum
+    minv = metric.inverse_mass_matrix
+    if minv.ndim == 2:
+        return minv @ momentum
+    return minv * momentum
 
 
 def kinetic_energy(momentum, metric):
     """``p^T M^{-1} p / 2``."""
-    return 0.5 * float(momentum @ velocity(momentum, metric))
+    minv = metric.inverse_mass_matrix
+    return 0.5 * float(momentum @ (minv @ momentum if minv.ndim == 2 else minv * momentum))
