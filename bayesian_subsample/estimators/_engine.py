@@ -378,7 +378,8 @@ def run_chains(config, posterior, random_state, n_chains, n_warmup, n_draws, n_j
     it receives ``setup_passes`` (full passes over the data during the
     preparation, counted through the model's chunk map) and ``setup_seconds``
     (wall seconds of the preparation, of which ``setup_pass_seconds`` in
-    those passes).
+    those passes), and ``setup_newton`` (the ``newton_log`` of the
+    prepared work: kind and decrement of each pass of the theta* search).
 
     With ``resume`` (one ``ChainResult.resume`` per chain) and the
     ``prepared`` of that fit, the chains continue for ``n_draws`` more draws
@@ -403,7 +404,9 @@ def run_chains(config, posterior, random_state, n_chains, n_warmup, n_draws, n_j
         if report is not None:
             report.update(setup_passes=0 if chunk_map is None else chunk_map.n_passes,
                           setup_seconds=time.perf_counter() - start,
-                          setup_pass_seconds=0.0 if chunk_map is None else chunk_map.seconds)
+                          setup_pass_seconds=0.0 if chunk_map is None else chunk_map.seconds,
+                          setup_newton=[dict(step) for step in
+                                        getattr(prepared, "newton_log", ())])
         tasks = [(seed, None) for seed in seeds[1:]]
     else:
         # Copies: the drivers advance the states they are given, and the

@@ -151,7 +151,10 @@ class BayesianLogisticRegression(ClassifierMixin, ClassifierPredictiveMixin, _GL
         Newton steps to theta* and any curvature bound; a chain makes none of
         its own, except full-data samplers' gradients), ``setup_seconds`` (wall
         seconds of the set-up, pilots included), ``setup_pass_seconds`` (the
-        part spent in those passes) and ``validation_seconds`` (input checks
+        part spent in those passes), ``setup_newton`` (one dict per pass of
+        the search for theta*: ``kind`` -- ``"chord"`` (order-1 pass),
+        ``"newton"`` (order-2 pass) or ``"backtrack"`` -- and the Newton
+        ``decrement`` there) and ``validation_seconds`` (input checks
         and label encoding).
     step_size_, n_integration_steps_, subsample_size_ : ndarray of shape (n_chains,)
         Adapted values per chain (``subsample_size_`` is ``n`` for full data;

@@ -547,7 +547,7 @@ class GLM:
                               list(self.chunks()))
 
     # --------------------------------------------------------- full passes
-    def sums(self, theta, order=1, idx=None):
+    def sums(self, theta, order=1, idx=None, rows=None):
         """Sum of log-likelihood terms and derivatives over the data.
 
         Parameters
@@ -558,6 +558,9 @@ class GLM:
         idx : ndarray of int or None
             Restrict the sums to these observations (one gather); ``None`` runs
             a chunked pass over all rows.
+        rows : tuple or None
+            ``rows(idx)`` gathered before (a subset evaluated many times, e.g.
+            by the subset mode search): the sums over those rows, no gather.
 
         Returns
         -------
@@ -567,7 +570,9 @@ class GLM:
         value = 0.0
         grad = np.zeros(self.dim) if order >= 1 else None
         hess = np.zeros((self.dim, self.dim)) if order >= 2 else None
-        if idx is None:
+        if rows is not None:
+            parts = [self._block_sums(*rows, theta, order)]
+        elif idx is None:
             parts = self.map_chunks("_block_sums", theta, order)
         else:
             parts = [self._block_sums(*self.rows(idx), theta, order)]

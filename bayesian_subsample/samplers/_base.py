@@ -35,6 +35,9 @@ class Prepared(NamedTuple):
     #: Sampler-specific tuning chosen once for all chains (HMC-ECS: the
     #: subsample size or the block-Poisson parameters), or None.
     tuning: object = None
+    #: One entry per full pass of the Newton search for theta*
+    #: (``TallPosterior.reference_expansion``'s ``log``: kind and decrement).
+    newton_log: tuple = ()
 
 
 class ChainResult(NamedTuple):

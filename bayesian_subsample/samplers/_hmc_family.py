@@ -295,17 +295,37 @@ class _SignedECSAdapter(_ECSAdapter):
 _N_PILOT_DRAWS = 20
 
 
+#: Smallest subset (rows) whose Hessian seeds chord steps towards theta*
+#: (:meth:`~bayesian_subsample.likelihood.TallPosterior.reference_expansion`).
+#: A subset of ``m`` rows has a Hessian of relative error about
+#: ``sqrt(dim / m)``, the contraction of a chord step; from 10^4 rows
+#: (``n >= 10^6`` at the default 1%) that is a few per cent, so two order-1
+#: passes bring the decrement from the subset mode's ``~100 dim`` to well
+#: below the tolerance.  Smaller data keep plain Newton steps (order-2
+#: passes over them are cheap, and their draws stay as they were).
+CHORD_MIN_SUBSET = 10_000
+
+
 def subset_mode(config, rng, posterior):
     """The first theta*: the posterior mode of a random subset (Dang et al., §6.5).
 
     The subset has ``reference_fraction * n_obs`` observations (at least
     2,000, or all of them for small data); its log-likelihood is scaled by
-    ``n_obs / subset size``.  Returns ``(theta, n_obs_evaluated)``.
+    ``n_obs / subset size``.  Returns ``(theta, n_obs_evaluated, hessian)``,
+    ``hessian`` the subset's negative Hessian of the scaled log posterior at
+    ``theta`` when the subset has at least :data:`CHORD_MIN_SUBSET` rows
+    (and is not all the data), else None.
     """
     n = posterior.n_obs
     n_sub = max(2000, math.ceil(config.reference_fraction * n))
-    idx = None if n_sub >= n else np.sort(rng.choice(n, n_sub, replace=False))
-    return posterior.mode(idx=idx)
+    if n_sub >= n:
+        theta, cost = posterior.mode(idx=None)
+        return theta, cost, None
+    idx = np.sort(rng.choice(n, n_sub, replace=False))
+    if n_sub < CHORD_MIN_SUBSET:
+        theta, cost = posterior.mode(idx=idx)
+        return theta, cost, None
+    return posterior.mode(idx=idx, return_hessian=True)
 
 
 def prepare_at_full_data_mode(config, rng, posterior):
@@ -315,15 +335,21 @@ def prepare_at_full_data_mode(config, rng, posterior):
     over chunks on the active joblib backend.  The Newton steps stop within
     about 0.1 posterior sd of the full-data mode (decrement ``<= 0.01``, see
     :meth:`~bayesian_subsample.likelihood.TallPosterior.reference_expansion`):
-    one or two order-2 passes from the subset mode on tall data, against the
-    one pass per chain and refinement point the chains used to spend moving
+    from a subset of at least :data:`CHORD_MIN_SUBSET` rows, chord steps with
+    the subset's Hessian on order-1 passes and one order-2 pass at the end
+    (two order-1 and one order-2 pass at 10^8 rows); on smaller data one or
+    two order-2 Newton passes.  Either way once per fit, against the one
+    pass per chain and refinement point the chains used to spend moving
     theta* to their own warm-up draws.  The expansion at theta* (control
-    variates and mass matrix) is the one of the last Newton iterate, so no
-    pass is repeated.
+    variates and mass matrix) is the one of the last iterate, so no pass is
+    repeated.  The decrements of the passes are kept in
+    ``Prepared.newton_log`` (reported in ``sampler_info_``).
     """
-    theta0, cost = subset_mode(config, rng, posterior)
-    expansion, cost_newton, _ = posterior.reference_expansion(theta0, config._taylor_order())
-    return Prepared(expansion, cost + cost_newton)
+    theta0, cost, hessian = subset_mode(config, rng, posterior)
+    log = []
+    expansion, cost_newton, _ = posterior.reference_expansion(
+        theta0, config._taylor_order(), hessian=hessian, log=log)
+    return Prepared(expansion, cost + cost_newton, newton_log=tuple(log))
 
 
 class _HMCFamily(SamplerConfig):

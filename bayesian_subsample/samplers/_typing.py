@@ -84,12 +84,13 @@ class TallPosterior(Protocol):
 
     def full_target(self) -> DifferentiableTarget: ...
 
-    def mode(self, theta0=None, idx=None) -> tuple[np.ndarray, int]: ...
+    def mode(self, theta0=None, idx=None, return_hessian: bool = False) -> tuple: ...
 
     def expand(self, theta_star: np.ndarray, order: int = 2) -> Expansion: ...
 
     def reference_expansion(self, theta0: np.ndarray, order: int = 2, tol: float = 0.01,
-                            max_iter: int = 20) -> tuple[Expansion, int, int]:
+                            max_iter: int = 20, hessian: np.ndarray | None = None,
+                            log: list | None = None) -> tuple[Expansion, int, int]:
         """Newton steps on all the data from ``theta0``: ``(expansion, evaluations, passes)``."""
 
     def difference_estimator(self, expansion: Expansion, subsample_size: int,
