@@ -156,6 +156,8 @@ def test_bad_constructor_inputs_raise_clear_errors():
     (dict(epsilon=0.5), r"epsilon must be a number in \[0, 0.5\)"),
     (dict(epsilon=-0.1), "epsilon"),
     (dict(batch_size=1), "batch_size must be an integer >= 2"),
+    (dict(block_size=0), 'block_size must be "auto" or an integer >= 1'),
+    (dict(block_size="big"), 'block_size must be "auto"'),
     (dict(n_chains=0), "n_chains"),
     (dict(n_draws=2.5), "n_draws"),
     (dict(initial_state=np.zeros(4)), "initial_state must have shape"),
@@ -595,3 +597,342 @@ def test_sampler_reports_costs_and_is_reproducible_for_any_n_jobs():
     assert "GibbsResult" in repr(c)
     from sklearn.base import clone
     assert clone(GibbsSampler(epsilon=0.2, scan="random")).get_params()["epsilon"] == 0.2
+
+
+# --- approximate Gibbs with blocks of terms (cluster sampling) ------------------------
+
+@pytest.mark.parametrize("name,b", [("triplet", 4), ("triplet", 9), ("pairwise", 2),
+                                    ("pairwise", 4), ("arity4", 2), ("triplet", 1)])
+def test_term_blocks_hold_every_term_once(name, b):
+    """Each variable's terms are dealt once into ceil(N_i / b) blocks of at
+    most b terms, sizes differing by at most one (the short ones last); a block's total is the sum of its terms' log-odds,
+    padding slots count 0; the layout is the same for every block size."""
+    mrf = _models()[name]
+    L = mrf.term_blocks(b)
+    assert mrf.term_blocks(b) is L  # cached
+    rng = np.random.default_rng(0)
+    XT = rng.integers(0, 2, (mrf.n_variables, 3)).astype(np.int8)
+    for i in range(mrf.n_variables):
+        N, B = int(mrf.terms_per_variable[i]), int(L.n_blocks[i])
+        assert B == -(-N // b)
+        lo, hi = L.block_ptr[i], L.block_ptr[i + 1]
+        pos = L.positions[lo:hi]
+        np.testing.assert_array_equal(np.sort(pos[pos >= 0]), np.arange(N))
+        sizes = L.sizes[lo:hi]
+        assert sizes.sum() == N and sizes.max() <= b and sizes.max() - sizes.min() <= 1
+        assert np.all(np.diff(sizes) <= 0)
+        np.testing.assert_array_equal((pos >= 0).sum(axis=1), sizes)
+        for c in range(3):
+            full = mrf.term_log_odds(i, XT[:, c])
+            ref = np.where(pos >= 0, full[np.maximum(pos, 0)], 0.0).sum(axis=1)
+            np.testing.assert_allclose(mrf.block_sums(i, XT[:, c], np.arange(B), L), ref,
+                                       atol=1e-12)
+        sel = rng.permutation(B)[:max(1, B // 2)]
+        many = mrf.block_sums_chains(i, XT, sel, L)
+        for c in range(3):
+            np.testing.assert_allclose(many[:, c], mrf.block_sums(i, XT[:, c], sel, L),
+                                       atol=1e-12)
+    if b > 1:  # one fixed random order, dealt into blocks of any size
+        one = mrf.term_blocks(1)
+        for i in range(mrf.n_variables):
+            order1 = one.positions[one.block_ptr[i]:one.block_ptr[i + 1]].ravel()
+            pos = L.positions[L.block_ptr[i]:L.block_ptr[i + 1]].ravel()
+            np.testing.assert_array_equal(pos[pos >= 0], order1)
+
+
+def test_auto_block_size():
+    """b = 1 for the small test models (draws as before), 15 on the §6.3
+    model's conditionals (4,851 terms, looks of 500); exact Gibbs ignores it."""
+    from types import SimpleNamespace
+
+    def b_for(N, m, bs="auto", method="approximate", blocks=True):
+        target = SimpleNamespace(terms_per_variable=np.array([N]))
+        if blocks:
+            target.term_blocks = None
+        return gibbs.block_size_for(target, 0, gibbs.GibbsParams(method, "systematic", 0.1,
+                                                                 m, bs))
+    assert b_for(4851, 500) == 15
+    assert gibbs._blocks_per_look(gibbs.GibbsParams(batch_size=500), 15) == 33
+    assert b_for(4851, 500, blocks=False) == 1      # a model without a block layout
+    assert b_for(4851, 500, method="exact") == 1
+    assert b_for(4851, 500, bs=7) == 7
+    assert b_for(4851, 2000) == 16                  # at most 16 terms per block
+    assert b_for(200, 500) == 3                     # at least 64 blocks
+    for N, m in [(36, 5), (55, 5), (406, 40), (78, 10), (6, 2), (10000, 63)]:
+        assert b_for(N, m) == 1                     # the test models keep single terms
+    mrf = BinaryMRF.random_triplet(40, 0.05, random_state=0)  # 741 terms: b = 3
+    assert gibbs.block_size_for(mrf, 0, gibbs.GibbsParams("approximate", batch_size=100)) == 3
+
+
+class _Spy:
+    """Records the blocks each evaluation reads (one-chain and lockstep)."""
+
+    def __init__(self, mrf):
+        self.mrf = mrf
+        self.calls = []
+
+    def __getattr__(self, name):
+        return getattr(self.mrf, name)
+
+    def block_sums(self, i, x, blocks, layout):
+        self.calls.append(np.array(blocks))
+        return self.mrf.block_sums(i, x, blocks, layout)
+
+    def block_sums_chains(self, i, XT, blocks, layout):
+        self.calls.append(np.array(blocks))
+        return self.mrf.block_sums_chains(i, XT, blocks, layout)
+
+
+class _FixedOrder:
+    """A generator whose permutations are the identity (negative control)."""
+
+    def __init__(self, rng):
+        self.rng = rng
+
+    def permutation(self, n):
+        return np.arange(n)
+
+
+class _WithReplacement(_FixedOrder):
+    """Blocks drawn uniformly with replacement (negative control)."""
+
+    def permutation(self, n):
+        return self.rng.integers(0, n, n)
+
+
+@pytest.mark.parametrize("lockstep", [False, True])
+def test_blocks_are_drawn_uniformly_without_replacement(lockstep):
+    """epsilon = 0 with 8 blocks of 4-5 terms (36 terms, b = 5), 2 blocks per
+    look: every update reads each block exactly once; over 2,000 updates the
+    first look holds each block, and each pair of blocks, at the frequency of
+    a uniform draw without replacement (chi-square p > 0.001).  A fixed
+    order and draws with replacement fail."""
+    mrf = _small_model()
+    spy = _Spy(mrf)
+    params = gibbs.GibbsParams("approximate", "systematic", 0.0, 10, 5)
+    B = int(mrf.term_blocks(5).n_blocks[3])
+    assert B == 8 and gibbs._blocks_per_look(params, 5) == 2
+    x = np.random.default_rng(0).integers(0, 2, 10).astype(np.int8)
+    XT = np.repeat(x[:, None], 3, axis=1)
+
+    def first_looks(rng, R):
+        """First looks of R updates, and the updates that did not read every block once."""
+        firsts, not_once = [], 0
+        for _ in range(R):
+            spy.calls.clear()
+            if lockstep:
+                gibbs.decide_chains(rng, spy, 3, XT, np.zeros(3), params)
+            else:
+                gibbs.decide(rng, spy, 3, x, 0.0, params)
+            seq = np.concatenate(spy.calls)
+            not_once += not np.array_equal(np.sort(seq), np.arange(B))
+            firsts.append(seq[:2])
+        return np.array(firsts), not_once
+
+    def p_values(firsts):
+        R = len(firsts)
+        single = np.bincount(firsts.ravel(), minlength=B)
+        p1 = stats.chisquare(single, np.full(B, 2 * R / B)).pvalue
+        pair = np.sort(firsts, axis=1) @ [B, 1]
+        pairs = np.bincount(pair, minlength=B * B)[[a * B + c for a in range(B)
+                                                     for c in range(a + 1, B)]]
+        p2 = stats.chisquare(pairs, np.full(len(pairs), R / len(pairs))).pvalue
+        return min(p1, p2)
+
+    rng = np.random.default_rng(1)
+    firsts, not_once = first_looks(rng, 2000)
+    assert not_once == 0
+    assert p_values(firsts) > 1e-3
+    assert p_values(first_looks(_FixedOrder(rng), 200)[0]) < 1e-3
+    assert first_looks(_WithReplacement(rng), 50)[1] > 0  # repeats a block, misses one
+
+
+@pytest.mark.parametrize("lockstep", [False, True])
+def test_epsilon_zero_with_blocks_makes_the_exact_decisions(lockstep):
+    """b = 4 (9 blocks of the 36 terms, 2 per look) at epsilon = 0: the
+    exact kernel's decisions, scan after scan, reading every term once;
+    epsilon = 0.3 (negative control) differs."""
+    mrf = _small_model()
+    exact = gibbs.GibbsParams("exact", "systematic")
+    differs = {0.0: 0, 0.3: 0}
+    for eps in differs:
+        params = gibbs.GibbsParams("approximate", "systematic", eps, 8, 4)
+        X = np.zeros((6 if lockstep else 1, 10), dtype=np.int8)
+        for t in range(100):
+            if lockstep:
+                X_exact, _ = gibbs.step_chains(np.random.default_rng([9, t]), X, mrf, exact)
+                X_approx, info = gibbs.step_chains(np.random.default_rng([9, t]), X, mrf,
+                                                   params)
+            else:
+                s, _ = gibbs.step(np.random.default_rng([9, t]), gibbs.init(X[0]), mrf, exact)
+                a, info = gibbs.step(np.random.default_rng([9, t]), gibbs.init(X[0]), mrf,
+                                     params)
+                X_exact, X_approx = s.x[None], a.x[None]
+            differs[eps] += int((X_exact != X_approx).any(axis=1).sum())
+            if eps == 0.0:
+                assert np.all(np.asarray(info.n_terms_evaluated) == 10 * 36)
+                assert np.all(np.asarray(info.n_stopped_early) == 0)
+            else:  # terms counted = the blocks' real terms
+                assert np.all(np.asarray(info.n_terms_evaluated) <= 10 * 36)
+            X = X_exact
+    assert differs[0.0] == 0
+    assert differs[0.3] > 0
+
+
+def _block_totals(mrf, i, x, b):
+    L = mrf.term_blocks(b)
+    return mrf.block_sums(i, x, np.arange(L.n_blocks[i]), L)
+
+
+@pytest.mark.parametrize("eps", [0.05, 0.2])
+def test_per_update_error_with_blocks_within_the_t_test_bound(eps):
+    """b = 4 on the D = 30 model (102 blocks of 3-4 terms, 10 per look): the
+    test runs on the block values, so the t-test's bound computed on the
+    population of block totals holds for |P_hat - P| on every update tried,
+    for the one-chain and the lockstep kernel; a wrong threshold fails."""
+    mrf = _bounded_model()
+    b = 4
+    params = gibbs.GibbsParams("approximate", "systematic", eps, 40, b)
+    R, K = 1500, 10
+    rng = np.random.default_rng(1)
+    violations = {"kernel": 0, "lockstep": 0, "wrong_threshold": 0}
+    for x, i, p in _updates(mrf, 3, 0.2, 0.85, seed=2):
+        T = _block_totals(mrf, i, x, b)
+        assert len(T) == 102
+        bound = _union_bound(T, mrf.bias[i], eps, 10)
+        assert bound < 0.1
+        se = np.sqrt(p * (1 - p) / R)
+        for key, wrong in (("kernel", False), ("wrong_threshold", True)):
+            p_hat = _replay(mrf, i, x, params, rng.random(R), wrong_threshold=wrong).mean()
+            violations[key] += abs(p_hat - p) > bound + 4 * se
+        # Lockstep chains share a reading order: the se from the means of the calls.
+        XT = np.repeat(x[:, None], K, axis=1)
+        calls = [gibbs.decide_chains(rng, mrf, i, XT, gibbs._logit(rng.random(K)),
+                                     params)[0].mean() for _ in range(R // K)]
+        se_lock = np.std(calls, ddof=1) / np.sqrt(len(calls))
+        violations["lockstep"] += abs(np.mean(calls) - p) > bound + 4 * se_lock
+    assert violations["kernel"] == 0 and violations["lockstep"] == 0
+    assert violations["wrong_threshold"] >= 2
+
+
+@pytest.mark.parametrize("eps", [0.1, 0.25])
+def test_block_test_is_algorithm_1_on_the_block_values(eps):
+    """Where the error is large (D = 12, log psi sd 0.3: 55 terms in 19
+    blocks of b = 3, 2 blocks per look) the lockstep kernel's P_hat equals
+    that of the independent Algorithm 1 run on the population of block
+    totals, within 4 combined standard errors.  Negative control: a fixed
+    (non-random) block order fails the same check.  (The block test with
+    term-level degrees of freedom moves P_hat by only 0.02-0.04 here, about
+    2-3 standard errors of 1,500 replays; its control is
+    :func:`test_block_test_with_term_level_degrees_of_freedom_fails`.)"""
+    mrf = BinaryMRF.random_triplet(12, 0.3, random_state=3)
+    b = 3
+    params = gibbs.GibbsParams("approximate", "systematic", eps, 6, b)
+    R, R_ref = 1500, 20000
+    rng = np.random.default_rng(4)
+
+    def p_hat(x, i, variant):
+        """P_hat and its se (one chain per call: chains of a call would share
+        a reading order, and their decisions would not be independent)."""
+        XT = x[:, None]
+        src = _FixedOrder(rng) if variant == "fixed_order" else rng
+        calls = [gibbs.decide_chains(src, mrf, i, XT, gibbs._logit(rng.random(1)),
+                                     params)[0][0] for _ in range(R)]
+        return np.mean(calls), np.std(calls, ddof=1) / np.sqrt(len(calls))
+
+    fails = {"kernel": 0, "fixed_order": 0}
+    errors = []
+    for x, i, p in _updates(mrf, 4, 0.6, 0.97, seed=5):
+        T = _block_totals(mrf, i, x, b)
+        assert len(T) == 19
+        ref = _reference_p_hat(T, 0.0, eps, 2, R_ref, rng)
+        errors.append(ref - p)
+        for key in fails:
+            est, se = p_hat(x, i, key)
+            fails[key] += abs(est - ref) > 4 * np.sqrt(se ** 2 + ref * (1 - ref) / R_ref)
+    assert max(np.abs(errors)) > 0.05
+    assert fails["kernel"] == 0
+    assert fails["fixed_order"] >= 2
+
+
+def test_approximate_gibbs_with_blocks_samples_its_stationary_law():
+    """D = 6 (10 terms per conditional), b = 2 (5 blocks, 2 per look),
+    epsilon = 0.2.  The approximate conditionals are computed exactly from
+    Algorithm 1 on the block totals (over all block orders), hence the
+    scan's stationary law S_eps, which Theorem 2 bounds; chains of the
+    one-chain and the lockstep kernels match S_eps (marginals and pairwise
+    joints within 4 MCSE plus 0.005 for the midpoint rule over u), exact
+    Gibbs does not (d_TV(P, S_eps) = 0.05-0.1 here; the wrong-df block test
+    moves S_eps's moments by only about 0.012, below what these chains
+    resolve: its control is the next test)."""
+    full = BinaryMRF.random_triplet(6, 0.35, random_state=2)
+    mrf = BinaryMRF(full.variables, full.log_potentials,
+                    bias=np.random.default_rng(1).normal(0, 0.5, 6))
+    eps, m, b = 0.2, 4, 2
+    D = 6
+    states, P = mrf.exact_distribution()
+    exact = np.empty((2 ** D, D))
+    approx = np.empty((2 ** D, D))
+    for k, x in enumerate(states):
+        for i in range(D):
+            exact[k, i] = 1 / (1 + np.exp(-mrf.conditional_log_odds(i, x)))
+            T = _block_totals(mrf, i, x, b)
+            assert len(T) == 5
+            approx[k, i] = _algorithm_1_probability(T, mrf.bias[i], eps, 2)
+    K, K_hat = _sweep_matrix(mrf, states, exact), _sweep_matrix(mrf, states, approx)
+    w, v = np.linalg.eig(K_hat.T)
+    S_eps = np.real(v[:, np.argmin(np.abs(w - 1))])
+    S_eps /= S_eps.sum()
+    eta = max(0.5 * np.abs(K[a] - K[c]).sum() for a in range(2 ** D) for c in range(2 ** D))
+    delta = max(0.5 * np.abs(K[a] - K_hat[a]).sum() for a in range(2 ** D))
+    d_tv = 0.5 * np.abs(P - S_eps).sum()
+    assert d_tv <= delta / (1 - eta) < 1
+    assert d_tv > 0.05
+
+    s = states.astype(float)
+    marg, joint = S_eps @ s, np.einsum("n,ni,nj->ij", S_eps, s, s)
+    iu = np.triu_indices(D, 1)
+    target = np.concatenate([marg, joint[iu]])
+
+    def worst_z(method, chains_per_task=1):
+        res = GibbsSampler(method=method, epsilon=eps, batch_size=m, block_size=b, n_chains=4,
+                           n_warmup=50, n_draws=2000, chains_per_task=chains_per_task,
+                           random_state=6).sample(mrf)
+        x = res.draws.astype(float)
+        est = np.concatenate([x, x[..., iu[0]] * x[..., iu[1]]], axis=-1)
+        return np.max(np.maximum(np.abs(est.mean(axis=(0, 1)) - target) - 0.005, 0)
+                      / mcse_mean(est))
+
+    assert worst_z("approximate") < 4
+    assert worst_z("approximate", 4) < 4
+    assert worst_z("exact") > 4
+
+
+def test_block_test_with_term_level_degrees_of_freedom_fails(monkeypatch):
+    """Seven blocks of 7-8 terms (b = 9, 55 terms), 2 blocks per look,
+    epsilon = 0.1: the lockstep kernel's P_hat equals Algorithm 1 on the
+    block totals computed exactly over all block orders (within 4 se); the
+    same block test with term-level degrees of freedom (9 n - 1 instead of
+    n - 1: too small a critical value) fails it on at least two updates."""
+    mrf = BinaryMRF.random_triplet(12, 0.3, random_state=3)
+    b, eps, R = 9, 0.1, 1500
+    params = gibbs.GibbsParams("approximate", "systematic", eps, 18, b)
+    rng = np.random.default_rng(7)
+    critical_t = gibbs.critical_t
+    fails = {"kernel": 0, "term_df": 0}
+    for x, i, p in _updates(mrf, 4, 0.6, 0.97, seed=5):
+        T = _block_totals(mrf, i, x, b)
+        assert len(T) == 7
+        exact = _algorithm_1_probability(T, 0.0, eps, 2)
+        se = np.sqrt(exact * (1 - exact) / R)
+        for key in fails:
+            with monkeypatch.context() as mp:
+                if key == "term_df":
+                    mp.setattr(gibbs, "critical_t",
+                               lambda df, e: critical_t((df + 1) * b - 1, e))
+                p_hat = np.mean([gibbs.decide_chains(rng, mrf, i, x[:, None],
+                                                     gibbs._logit(rng.random(1)), params)[0][0]
+                                 for _ in range(R)])
+            fails[key] += abs(p_hat - exact) > 4 * se + 0.005  # midpoint rule over u
+    assert fails["kernel"] == 0
+    assert fails["term_df"] >= 2

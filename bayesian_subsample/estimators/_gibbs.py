@@ -146,6 +146,16 @@ class GibbsSampler(BaseEstimator):
     batch_size : int, default=500
         Terms per mini-batch (approximate only; at least 2).  A value at
         least the number of terms of a conditional decides it exactly.
+    block_size : "auto" or int, default="auto"
+        Terms per sampling unit of the test (approximate only).  1 draws
+        single terms; ``b > 1`` draws whole blocks of ``b`` terms of the
+        model's fixed random layout (cluster sampling: one permutation of
+        ``N_i / b`` blocks per update and contiguous reads instead of a
+        permutation of ``N_i`` terms and scattered reads), the test then
+        running on the block values with ``round(batch_size / b)`` blocks
+        per look.  ``"auto"`` keeps 1 for small conditionals and picks
+        about ``batch_size / 32`` (at most 16) for large ones; see
+        :func:`~bayesian_subsample.samplers.gibbs.block_size_for`.
     n_chains : int, default=4
     n_warmup : int, default=100
         Scans discarded at the start of each chain.
@@ -181,12 +191,13 @@ class GibbsSampler(BaseEstimator):
     """
 
     def __init__(self, method="exact", scan="systematic", epsilon=0.01, batch_size=500,
-                 n_chains=4, n_warmup=100, n_draws=1000, initial_state=None, chains_per_task=1,
+                 block_size="auto", n_chains=4, n_warmup=100, n_draws=1000, initial_state=None, chains_per_task=1,
                  n_jobs=None, random_state=None):
         self.method = method
         self.scan = scan
         self.epsilon = epsilon
         self.batch_size = batch_size
+        self.block_size = block_size
         self.n_chains = n_chains
         self.n_warmup = n_warmup
         self.n_draws = n_draws
@@ -206,6 +217,11 @@ class GibbsSampler(BaseEstimator):
             raise ValueError(f"epsilon must be a number in [0, 0.5), got {eps!r} (0 makes the "
                              "exact decisions; the paper uses 0.01 to 0.25).")
         _check_int(self.batch_size, "batch_size", 2)
+        bs = self.block_size
+        if not (isinstance(bs, str) and bs == "auto") and (
+                isinstance(bs, (bool, str)) or not isinstance(bs, numbers.Integral) or bs < 1):
+            raise ValueError(f'block_size must be "auto" or an integer >= 1 (terms per sampled '
+                             f"block; 1 samples single terms), got {bs!r}.")
         _check_int(self.n_chains, "n_chains", 1)
         _check_int(self.n_warmup, "n_warmup", 0)
         _check_int(self.n_draws, "n_draws", 1)
@@ -216,6 +232,9 @@ class GibbsSampler(BaseEstimator):
                   "conditional_log_odds")
         if self.chains_per_task > 1:
             needed += ("term_log_odds_chains", "log_odds_offset_chains")
+        if self.method == "approximate" and not isinstance(self.block_size, str) \
+                and self.block_size > 1:
+            needed += ("term_blocks", "block_sums", "block_sums_chains")
         missing = [name for name in needed if not hasattr(mrf, name)]
         if missing:
             raise ValueError(f"sample() needs a BinaryMRF (or an object with {list(needed)}); "
@@ -238,7 +257,9 @@ class GibbsSampler(BaseEstimator):
         """Run the chains on ``mrf``; returns a :class:`GibbsResult`."""
         starts = self._validate(mrf)
         params = gibbs.GibbsParams(self.method, self.scan, float(self.epsilon),
-                                   int(self.batch_size))
+                                   int(self.batch_size),
+                                   "auto" if isinstance(self.block_size, str)
+                                   else int(self.block_size))
         K = int(self.chains_per_task)
         if K == 1:
             seeds = seed_sequences(self.random_state, self.n_chains)

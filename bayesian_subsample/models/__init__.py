@@ -6,7 +6,7 @@ from ._linear import LinearRegressionFamily, LinearRegressionGLM, LinearRegressi
 from ._multinomial import MultinomialGLM, SoftmaxFamily, softmax_log_proba
 from ._predictive import PredictiveFamily
 from ._basis import BasisGLM, BSplineBasis, MultinomialBasisGLM, spline_prior_precision
-from ._mrf import BinaryMRF
+from ._mrf import BinaryMRF, TermBlocks
 from ._mlp import MLP, MLPModel
 from ._factorization import FactorizationModel, MatrixFactorization
 from ._prior import GaussianPrecisionPrior, GaussianPrior
@@ -15,6 +15,7 @@ __all__ = [
     "BSplineBasis",
     "BasisGLM",
     "BinaryMRF",
+    "TermBlocks",
     "DEFAULT_CHUNK_SIZE",
     "FactorizationModel",
     "GLM",

@@ -46,10 +46,42 @@ from __future__ import annotations
 
 import math
 import numbers
+from typing import NamedTuple
 
 import numpy as np
 
-__all__ = ["BinaryMRF"]
+__all__ = ["BinaryMRF", "TermBlocks"]
+
+#: Seed of the fixed random order in which :meth:`BinaryMRF.term_blocks` lays
+#: out each variable's terms (the sampler's correctness does not depend on it).
+BLOCK_LAYOUT_SEED = 20140621
+
+
+class TermBlocks(NamedTuple):
+    """Each variable's terms cut into blocks of ``block_size`` (see :meth:`BinaryMRF.term_blocks`).
+
+    Variable ``i`` owns the global blocks ``block_ptr[i] <= g < block_ptr[i + 1]``
+    (``B_i = n_blocks[i] = ceil(N_i / block_size)`` of them).  Block ``g`` holds
+    ``sizes[g]`` real terms (``ceil(N_i / B_i)`` or one fewer, at most
+    ``block_size``) in slots ``0 .. sizes[g] - 1``; an unused slot is a padding
+    term whose log-odds is 0 in every state.
+    """
+
+    block_size: int
+    #: ``B_i``, blocks per variable, shape (n_variables,).
+    n_blocks: np.ndarray
+    #: Offsets of each variable's blocks, shape (n_variables + 1,).
+    block_ptr: np.ndarray
+    #: Real terms in each block, shape (total blocks,).
+    sizes: np.ndarray
+    #: Term position (in ``range(N_i)``) held by each slot, -1 for padding,
+    #: shape (total blocks, block_size).
+    positions: np.ndarray
+    #: One (total blocks, block_size) array per neighbour slot of a term.
+    nbr: tuple
+    #: Log-odds tables, flat: slot ``s`` of block ``g`` at state code ``c`` is
+    #: ``diff[(g * block_size + s) * n_codes + c]``.
+    diff: np.ndarray
 
 #: Largest number of variables for which :meth:`BinaryMRF.exact_distribution`
 #: enumerates the 2^D states.
@@ -148,6 +180,7 @@ class BinaryMRF:
         self.log_potentials = log_potentials
         self.bias = bias
         self._build_conditionals()
+        self._term_blocks = {}
 
     # Construction --------------------------------------------------------
     def _build_conditionals(self):
@@ -325,6 +358,110 @@ class BinaryMRF:
             code <<= 1
             code |= XT.take(cols[q][rows], axis=0)
         return self._diff.take((rows * self._n_codes)[:, None] + code)
+
+    def term_blocks(self, block_size):
+        """Each variable's terms in a fixed random order, cut into blocks of ``block_size``.
+
+        The layout for cluster sampling of the terms by the approximate Gibbs
+        sampler (:mod:`bayesian_subsample.samplers.gibbs`): a look of the
+        sequential test draws whole blocks without replacement and reads each
+        one contiguously.  Variable ``i``'s ``N_i`` terms are put in one fixed
+        uniformly random order (seed :data:`BLOCK_LAYOUT_SEED`, the same for
+        every block size) and dealt into ``B_i = ceil(N_i / block_size)``
+        blocks of as equal sizes as possible (``N_i mod B_i`` blocks of
+        ``ceil(N_i / B_i)`` terms first, the rest one term fewer), so a block's
+        total is close to a simple random sample total of its size.  The sampler's correctness does not depend on
+        the layout (its test is exact for any fixed partition into blocks);
+        a random layout makes the block totals as informative per term as
+        single terms.  Built once per block size and cached.
+
+        Parameters
+        ----------
+        block_size : int
+            ``b >= 1``.
+
+        Returns
+        -------
+        TermBlocks
+        """
+        b = int(block_size)
+        if b < 1:
+            raise ValueError(f"block_size must be a positive integer, got {block_size!r}.")
+        if b in self._term_blocks:
+            return self._term_blocks[b]
+        counts = self.terms_per_variable
+        n_blocks = -(-counts // b)
+        block_ptr = np.concatenate([[0], np.cumsum(n_blocks)]).astype(np.int64)
+        G = int(block_ptr[-1])
+        sizes = np.empty(G, dtype=np.int64)
+        positions = np.full((G, b), -1, dtype=np.int64)
+        rng = np.random.default_rng(BLOCK_LAYOUT_SEED)
+        for i in range(self.n_variables):
+            N, B = int(counts[i]), int(n_blocks[i])
+            if N == 0:
+                continue
+            sz = np.full(B, N // B)
+            sz[:N % B] += 1
+            lo, hi = block_ptr[i], block_ptr[i + 1]
+            sizes[lo:hi] = sz
+            filled = np.arange(b)[None, :] < sz[:, None]
+            block = positions[lo:hi]
+            block[filled] = rng.permutation(N)
+        real = positions >= 0
+        owner = np.repeat(np.arange(self.n_variables), n_blocks)
+        rows = np.where(real, self._indptr[owner][:, None] + positions, 0)
+        nbr = tuple(np.where(real, col[rows], 0).astype(col.dtype) for col in self._nbr_cols)
+        n_codes = self._n_codes
+        diff = self._diff.reshape(-1, n_codes)[rows.ravel()] * real.reshape(-1, 1)
+        out = TermBlocks(b, n_blocks, block_ptr, sizes, positions, nbr,
+                         np.ascontiguousarray(diff).reshape(-1))
+        self._term_blocks[b] = out
+        return out
+
+    def block_sums(self, i, x, blocks, layout):
+        """Totals ``T_g`` of the per-term log-odds of variable ``i`` over blocks.
+
+        Parameters
+        ----------
+        i : int
+        x : ndarray of int8, shape (n_variables,)
+        blocks : ndarray of int
+            Block numbers in ``range(layout.n_blocks[i])``.
+        layout : TermBlocks
+            From :meth:`term_blocks`.
+
+        Returns
+        -------
+        ndarray of float64, shape (len(blocks),)
+        """
+        return self.block_sums_chains(i, np.asarray(x)[:, None], blocks, layout)[:, 0]
+
+    def block_sums_chains(self, i, XT, blocks, layout):
+        """:meth:`block_sums` for each column of ``XT`` (n_variables, n_states).
+
+        The blocks' slots are contiguous, so the neighbour indices and
+        tables of a block are read as one row (no scattered gather).
+
+        Returns
+        -------
+        ndarray of float64, shape (len(blocks), n_states)
+        """
+        b = layout.block_size
+        g = layout.block_ptr[i] + np.asarray(blocks, dtype=np.int64)
+        K = XT.shape[1]
+        n_codes = self._n_codes
+        slots = (g[:, None] * b + np.arange(b)).reshape(-1)
+        if not layout.nbr:  # unary terms
+            vals = np.repeat(layout.diff[slots][:, None], K, axis=1)
+            return vals.reshape(len(g), b, K).sum(axis=1)
+        code = XT.take(layout.nbr[0].take(g, axis=0).reshape(-1), axis=0)
+        if len(layout.nbr) > 7:
+            code = code.astype(np.int16)
+        for q in range(1, len(layout.nbr)):
+            code <<= 1
+            code |= XT.take(layout.nbr[q].take(g, axis=0).reshape(-1), axis=0)
+        vals = layout.diff.take((slots * n_codes)[:, None] + code)
+        return vals.reshape(len(g), b, K).sum(axis=1)
 
     def log_odds_offset_chains(self, i, XT):
         """:meth:`log_odds_offset` for each column of ``XT`` (n_variables, n_states)."""

@@ -192,6 +192,25 @@ class BinaryConditionals(Protocol):
         """``log P(x_i = 1 | x_-i) - log P(x_i = 0 | x_-i)``, all terms."""
 
 
+class BlockedBinaryConditionals(BinaryConditionals, Protocol):
+    """A :class:`BinaryConditionals` whose terms can also be read in blocks.
+
+    What approximate Gibbs with ``block_size > 1`` (cluster sampling of the
+    terms, :func:`.gibbs.block_size_for`) asks of a model in addition: a
+    fixed layout of each variable's terms in blocks, and block totals.
+    """
+
+    def term_blocks(self, block_size: int) -> Any:
+        """The layout (:class:`~bayesian_subsample.models.TermBlocks`) for ``block_size``."""
+
+    def block_sums(self, i: int, x: np.ndarray, blocks: np.ndarray, layout: Any) -> np.ndarray:
+        """Totals of the per-term log-odds of ``x_i`` over the blocks ``blocks``."""
+
+    def block_sums_chains(self, i: int, XT: np.ndarray, blocks: np.ndarray,
+                          layout: Any) -> np.ndarray:
+        """:meth:`block_sums` for each column of ``XT``: (len(blocks), n_states)."""
+
+
 class Hyper(Protocol):
     """Hyperparameters fixed during weight updates (prior precisions, noise precision)."""
 
