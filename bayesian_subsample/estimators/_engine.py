@@ -401,6 +401,11 @@ def run_chains(config, posterior, random_state, n_chains, n_warmup, n_draws, n_j
         start = time.perf_counter()
         with set_up_passes(posterior, n_jobs) as chunk_map:
             prepared = config.prepare(np.random.default_rng(seeds[0]), posterior)
+            # X's validation scan, if left to the first full pass and the
+            # set-up made none: its own pass now, before any chain starts.
+            finish = getattr(getattr(posterior, "model", None), "finish_deferred_scan", None)
+            if finish is not None:
+                finish()
         if report is not None:
             report.update(setup_passes=0 if chunk_map is None else chunk_map.n_passes,
                           setup_seconds=time.perf_counter() - start,
@@ -409,6 +414,10 @@ def run_chains(config, posterior, random_state, n_chains, n_warmup, n_draws, n_j
                                         getattr(prepared, "newton_log", ())])
         tasks = [(seed, None) for seed in seeds[1:]]
     else:
+        finish = getattr(getattr(posterior, "model", None), "finish_deferred_scan", None)
+        if finish is not None:
+            with set_up_passes(posterior, n_jobs):
+                finish()
         # Copies: the drivers advance the states they are given, and the
         # fitted estimator must keep its own until the new fit is committed.
         tasks = [(copy.deepcopy(r["rng"]), copy.deepcopy(r["chain"])) for r in resume]

@@ -31,7 +31,7 @@ from ._dask import (as_float64, check_dask_sampler, is_dask_array, validate_dask
                     wrap_fit_data)
 from ._base import SampledModelMixin, check_positive_float, check_sample_weight, resolve_sampler
 from ._export import ArviZExportMixin
-from ._validation import check_data_scale, check_prior_scale
+from ._validation import DEFER_SCAN_ROWS, check_data_scale, check_prior_scale, defer_X_scan
 
 __all__ = []
 
@@ -79,17 +79,21 @@ class _GLMEstimator(SampledModelMixin, ArviZExportMixin, BaseEstimator):
         # C order: the same values give the same draws whatever their memory
         # layout (no copy when X is already C-contiguous).
         start = time.perf_counter()
-        # X is read once for validation: the scan for its largest magnitude
-        # also finds NaN and infinity (scikit-learn's own finite check,
-        # another full read, is switched off).
+        # X is read at most once for validation: the scan for its largest
+        # magnitude also finds NaN and infinity (scikit-learn's own finite
+        # check, another full read, is switched off); on tall data the scan
+        # is folded into the first full pass of the set-up (defer_X_scan).
         X, y = validate_data(self, X, y, dtype=[np.float64, np.float32],
                              y_numeric=self._y_numeric, order="C", ensure_all_finite=False)
         y = self._validate_target_type(y)
-        check_data_scale(X, y if self._y_numeric else None, check_finite=True)
+        defer = X.shape[0] > DEFER_SCAN_ROWS
+        check_data_scale(None if defer else X, y if self._y_numeric else None,
+                         check_finite=True)
         sample_weight = check_sample_weight(sample_weight, X.shape[0])
         y, sample_weight = self._prepare_target(X, y, sample_weight, **fit_params)
         self._validation_report = {"validation_seconds": time.perf_counter() - start}
-        return self._sample_and_store(X.shape[0], lambda: (X, y, sample_weight))
+        return self._sample_and_store(X.shape[0], lambda: (X, y, sample_weight),
+                                      deferred_X=X if defer else None)
 
     def _fit_dask(self, X, y, sample_weight=None, **fit_params):
         """``fit`` for a dask array ``X`` (``estimators/_dask.py``): validation as one
@@ -110,16 +114,20 @@ class _GLMEstimator(SampledModelMixin, ArviZExportMixin, BaseEstimator):
 
         return self._sample_and_store(X.shape[0], data)
 
-    def _sample_and_store(self, n_obs, data):
+    def _sample_and_store(self, n_obs, data, deferred_X=None):
         """The part of ``fit`` after validation, shared by in-memory and dask
         input: check the options, resolve the sampler, build the posterior on
         ``data()`` (the model's ``(X, y, sample_weight)``, asked for once the
-        sampler is known), run the chains, store the draws and diagnose."""
+        sampler is known), run the chains, store the draws and diagnose.
+        ``deferred_X``: an ``X`` not yet scanned for NaN, infinity and
+        magnitude, left to the model's first full pass (:func:`defer_X_scan`)."""
         self._check_hyperparameters()
         self._check_sampling_params()
         self.sampler_ = resolve_sampler(self.sampler, self.subsample_size)
         self.sampler_.validate(n_obs)
         model, prior, self._param_names_ = self._build_posterior(*data())
+        if deferred_X is not None:
+            defer_X_scan(model, deferred_X)
         draws = self._sample(TallPosterior(model, prior))
         self._store_draws(draws, getattr(model, "n_linear_predictors", 1))
         self._check_convergence(self._all_draws())

@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import functools
 import numbers
 import os
 import sys
@@ -19,8 +20,9 @@ import numpy as np
 
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-__all__ = ["check_prior_scale", "check_data_scale", "encode_labels", "integer_valued",
-           "user_stacklevel", "MAX_ABS_VALUE"]
+__all__ = ["check_prior_scale", "check_data_scale", "check_X_max_abs", "defer_X_scan",
+           "encode_labels", "integer_valued", "user_stacklevel", "MAX_ABS_VALUE",
+           "DEFER_SCAN_ROWS"]
 
 #: Largest magnitude accepted in ``X`` and ``y``.  The samplers form sums of
 #: ``x_i x_j`` over rows (Hessians, mass matrices), which overflow float64
@@ -30,6 +32,12 @@ MAX_ABS_VALUE = 1e100
 
 #: Rows per chunk of the magnitude scan (bounded memory for memory-mapped X).
 _SCAN_ROWS = 65536
+
+#: ``X`` with more rows than this is scanned for NaN, infinity and magnitude
+#: inside the fit's first full pass over it (:func:`defer_X_scan`) rather
+#: than by a read of its own in validation.  Below it the scan costs little
+#: and keeps the error at the top of ``fit``.
+DEFER_SCAN_ROWS = 100_000
 
 
 def check_prior_scale(value, n_features, name="prior_scale"):
@@ -74,17 +82,15 @@ def _max_abs(a):
                          for s in range(0, a.shape[0], _SCAN_ROWS)]))
 
 
-def check_data_scale(X, y=None, y_name="y", check_finite=False):
-    """Raise ValueError if ``X`` or ``y`` holds a value beyond :data:`MAX_ABS_VALUE`.
+def check_X_max_abs(big, dtype, check_finite=True):
+    """Raise the validation's ValueError for ``big = max |X|`` (NaN if X holds a NaN).
 
-    With ``check_finite`` it also raises, with scikit-learn's messages, when
-    ``X`` holds NaN or infinity: the one scan of ``X`` then replaces
-    scikit-learn's own finite check (call ``validate_data`` with
-    ``ensure_all_finite=False``), so validation reads ``X`` once, not twice.
+    NaN and infinity (with ``check_finite``, scikit-learn's messages) and
+    magnitudes above :data:`MAX_ABS_VALUE` are refused, each with the fix.
     """
-    big = _max_abs(X)
     if check_finite and not np.isfinite(big):
-        what = "NaN" if np.isnan(big) else f"infinity or a value too large for {X.dtype!r}"
+        what = ("NaN" if np.isnan(big)
+                else f"infinity or a value too large for {np.dtype(dtype)!r}")
         raise ValueError(
             f"Input X contains {what}. Remove or impute the missing or infinite values "
             "first (e.g. sklearn.impute.SimpleImputer in a Pipeline).")
@@ -94,6 +100,42 @@ def check_data_scale(X, y=None, y_name="y", check_finite=False):
             "sums of squares of such features overflow in the posterior's curvature. "
             "Standardise the features first, e.g. with sklearn.preprocessing.StandardScaler "
             "in a Pipeline.")
+
+
+def defer_X_scan(model, X):
+    """Leave the scan of ``X`` (:func:`check_X_max_abs`) to ``model``'s first full pass.
+
+    Only for a model that reads ``X`` itself, row for row (a plain
+    :class:`~bayesian_subsample.models.GLM` or
+    :class:`~bayesian_subsample.models.MultinomialGLM`: its chunks and
+    gathers are rows of ``X``); any other model has ``X`` scanned here, now.
+    The first pass then checks every chunk while it is in cache (no read of
+    its own), every gather before it checks its rows, and the fit's engine
+    makes a scan-only pass if the set-up made no full pass
+    (``GLM.finish_deferred_scan``), so the error still comes before any
+    sampling.
+    """
+    from ..models import GLM
+
+    cls = type(model)
+    if (isinstance(model, GLM) and model.X is X and cls.chunk_rows is GLM.chunk_rows
+            and cls.rows is GLM.rows):
+        model.deferred_scan = functools.partial(check_X_max_abs, dtype=X.dtype)
+    else:
+        check_X_max_abs(_max_abs(X), X.dtype)
+
+
+def check_data_scale(X, y=None, y_name="y", check_finite=False):
+    """Raise ValueError if ``X`` or ``y`` holds a value beyond :data:`MAX_ABS_VALUE`.
+
+    With ``check_finite`` it also raises, with scikit-learn's messages, when
+    ``X`` holds NaN or infinity: the one scan of ``X`` then replaces
+    scikit-learn's own finite check (call ``validate_data`` with
+    ``ensure_all_finite=False``), so validation reads ``X`` once, not twice.
+    ``X=None`` checks ``y`` only (``X`` is scanned later, :func:`defer_X_scan`).
+    """
+    if X is not None:
+        check_X_max_abs(_max_abs(X), X.dtype, check_finite)
     if y is not None:
         big = _max_abs(y)
         if big > MAX_ABS_VALUE:

@@ -102,6 +102,25 @@ def _outer_float32(X32, c):
     return out
 
 
+def _max_abs(a):
+    """``max |a|`` without a temporary copy; NaN when ``a`` holds a NaN."""
+    if a.size == 0:
+        return 0.0
+    return float(np.maximum(np.max(a), -np.min(a)))
+
+
+def _on_chunk_scanned(model, method, args, bounds):
+    """``(_on_chunk(...), max |X|)`` of one chunk: the validation scan of ``X``
+    folded into a pass (see :attr:`GLM.deferred_scan`).  The scan reads the
+    chunk first, so the pass's own products find it in cache; a chunk with
+    NaN or infinity is not computed on (its result is None)."""
+    Xr, yr, wr = model.chunk_rows(*bounds)
+    big = _max_abs(Xr)
+    if not np.isfinite(big):
+        return None, big
+    return getattr(model, method)(Xr, yr, wr, *args), big
+
+
 def _on_chunk(model, method, args, bounds):
     """``model.<method>(Xr, yr, wr, *args)`` on the rows ``bounds = (start, stop)``.
 
@@ -291,6 +310,18 @@ class GLM:
         Rows per chunk in full passes.
     """
 
+    #: A callable ``check(max_abs)`` while the validation scan of ``X`` (NaN,
+    #: infinity, magnitude) is left to the first full pass (issue 15: "each
+    #: byte read as few times as possible"), else None.  Set by the estimator
+    #: layer (``estimators._validation.defer_X_scan``).  While it is set,
+    #: the first chunked pass also returns each chunk's ``max |x|`` and calls
+    #: ``check`` with the largest before its sums are used (the check
+    #: raises the validation's error), and every row gather before that
+    #: (the subset mode's rows, a pilot) checks the rows it read.  The
+    #: estimator's engine makes the scan as a pass of its own when the
+    #: set-up made no full pass (:meth:`finish_deferred_scan`).
+    deferred_scan = None
+
     #: One linear predictor per observation (``eta`` of shape (m,)); the
     #: multinomial model (:class:`~bayesian_subsample.models.MultinomialGLM`)
     #: has ``K`` and the likelihood layer branches on this.
@@ -351,6 +382,8 @@ class GLM:
             Contiguous float64 copies, safe to cache.
         """
         Xr = np.ascontiguousarray(self.X[idx], dtype=np.float64)
+        if self.deferred_scan is not None:
+            self.deferred_scan(_max_abs(Xr))
         wr = None if self.sample_weight is None else self.sample_weight[idx]
         return Xr, self.y[idx], wr
 
@@ -467,6 +500,8 @@ class GLM:
         if cls.rows is GLM.rows and isinstance(self.X, np.ndarray):
             # X[idx] is a fresh array in X's dtype; the assignment widens it.
             Xr = self.X[idx]
+            if self.deferred_scan is not None:
+                self.deferred_scan(_max_abs(Xr))
             yr = self.y[idx]
             wr = None if self.sample_weight is None else self.sample_weight[idx]
         else:
@@ -543,8 +578,26 @@ class GLM:
         where = getattr(self.X, "map_model_chunks", None)
         if where is not None:
             return self.chunk_map(_on_source, [(where, self, method, args)])[0]
+        check = self.deferred_scan
+        if check is not None:
+            out = self.chunk_map(functools.partial(_on_chunk_scanned, self, method, args),
+                                 list(self.chunks()))
+            # np.max propagates NaN: one number tells NaN, infinity and size.
+            check(float(np.max([big for _, big in out])) if out else 0.0)
+            self.deferred_scan = None
+            return [part for part, _ in out]
         return self.chunk_map(functools.partial(_on_chunk, self, method, args),
                               list(self.chunks()))
+
+    def finish_deferred_scan(self):
+        """Make the validation scan of ``X`` now if no full pass has made it yet
+        (one chunked pass that only scans); a no-op otherwise."""
+        if self.deferred_scan is not None:
+            self.map_chunks("_block_nothing")
+
+    def _block_nothing(self, Xr, yr, wr):
+        """No work: the chunk method of :meth:`finish_deferred_scan`'s pass."""
+        return None
 
     # --------------------------------------------------------- full passes
     def sums(self, theta, order=1, idx=None, rows=None):
