@@ -16,14 +16,15 @@ predictive), in blocks of rows.  Network weights are not identifiable
 (hidden units permute), so convergence is assessed on the per-layer prior
 precisions (and the noise precision), which are.
 
-SBPS / pSBPS are not offered.  Their thinning intensity is the upper band
-of a local linear regression of the noisy bounce rate (Pakman et al., 2017,
-§4, eqs. 9-13), whose noise variance (eq. 10) needs per-row directional
-derivatives (a forward-mode pass the row-model protocol does not provide),
-and whose slope prior and horizon the library's SBPS driver takes from the
-Hessian at a posterior mode, which a network does not have; exact-bound
-variants fail because the gradient is unbounded.  ``doc/neural_networks.rst``
-goes through the assumptions one by one.
+``sampler="sbps"`` / ``"psbps"`` run the stochastic bouncy particle sampler
+(Pakman et al., 2017) on the network (:mod:`bayesian_subsample.samplers._sbps_model`):
+the noise variance of its bounce band (eq. 10) comes from per-row
+directional derivatives by a forward-mode pass, the slope prior and horizon
+of the local regression from minibatch Gauss-Newton curvatures along the
+velocity during warm-up (a network has no mode Hessian), and the precisions
+are Gibbs-sampled at every stored draw.  ``doc/neural_networks.rst`` says
+what it assumes, what it costs and how it compares with SGLD on §7.3's
+network.
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 from ..diagnostics import split_rhat
 from ..likelihood._model_target import HierarchicalPosterior
 from ..models._mlp import ACTIVATIONS, MLP, MLPModel
+from ..samplers._sbps_model import SBPS_METHODS
 from ..samplers._sg_model import METHODS, ModelSG
 from ._base import SampledModelMixin, _check_int, check_sg_options
 from ._predictive import _check_n_samples, _rng
@@ -50,6 +52,9 @@ __all__ = ["BayesianMLPClassifier", "BayesianMLPRegressor"]
 
 #: Rows per prediction block.
 _PREDICT_ROWS = 4096
+#: SBPS bound violations per proposal above which a fit warns (a Gaussian band
+#: with k = 3 is exceeded by 0.13% of the observations it models).
+_MAX_VIOLATION_FRACTION = 0.05
 
 
 class _BayesianMLP(SampledModelMixin, BaseEstimator):
@@ -95,7 +100,7 @@ class _BayesianMLP(SampledModelMixin, BaseEstimator):
         if self.activation not in ACTIVATIONS:
             raise ValueError(f"activation must be one of {ACTIVATIONS}, got "
                              f"{self.activation!r}.")
-        check_sg_options(self, METHODS)
+        check_sg_options(self, METHODS + SBPS_METHODS)
         _check_int(self.n_networks_kept, "n_networks_kept", 1)
         _check_int(self.n_integration_steps, "n_integration_steps", 1)
         return hls
@@ -146,11 +151,20 @@ class _BayesianMLP(SampledModelMixin, BaseEstimator):
                 "learning_rate.")
         problems = []
         if diverged:
+            reasons = sorted({self.sampler_info_[c].get("failure") or "non-finite weights or "
+                              "gradients" for c in diverged})
             problems.append(
-                f"{len(diverged)} of {self.n_chains} chains diverged (non-finite weights or "
-                "gradients) and were stopped at iterations "
+                f"{len(diverged)} of {self.n_chains} chains diverged ({'; '.join(reasons)}) "
+                "and were stopped at iterations "
                 f"{[self.sampler_info_[c]['diverged_at'] for c in diverged]}; their "
                 "networks kept before that are used")
+        if self.sampler in SBPS_METHODS:
+            worst = max(info["violation_fraction"] for info in self.sampler_info_)
+            if worst > _MAX_VIOLATION_FRACTION:
+                problems.append(
+                    f"{worst:.1%} of SBPS's bounce proposals violated the thinning bound "
+                    f"(more than {_MAX_VIOLATION_FRACTION:.0%}; about 0.1% is expected at "
+                    "k = 3), so the draws are biased (Pakman et al., 2017, §4.1)")
         self.convergence_ = {}
         stats = self.sample_stats_
         if self.sampler not in ("sgd", "sgd_momentum") and self.n_draws >= 4 and not diverged:
@@ -160,7 +174,10 @@ class _BayesianMLP(SampledModelMixin, BaseEstimator):
                 traces = np.concatenate([traces, np.log(stats["noise_precision"])[..., None]],
                                         axis=2)
                 names.append("log noise_precision")
-            if self.n_chains >= 2:
+            # A fixed prior_precision gives constant traces (no R-hat).
+            varying = [j for j in range(traces.shape[2]) if np.ptp(traces[..., j]) > 0]
+            traces, names = traces[..., varying], [names[j] for j in varying]
+            if self.n_chains >= 2 and varying:
                 rhat = np.atleast_1d(split_rhat(traces))
                 self.convergence_ = {"r_hat": dict(zip(names, rhat.tolist()))}
                 worst = int(np.nanargmax(rhat))
@@ -260,12 +277,24 @@ class BayesianMLPClassifier(ClassifierMixin, _BayesianMLP):
         is a linear (multinomial / logistic) model.
     activation : {"relu", "tanh", "logistic", "identity"}, default="relu"
         Hidden-unit activation (the paper uses "logistic").
-    sampler : {"sghmc", "sgld", "hmc", "sgd", "sgd_momentum"}, default="sghmc"
+    sampler : {"sghmc", "sgld", "hmc", "sgd", "sgd_momentum", "sbps", "psbps"}, default="sghmc"
         SG-HMC with friction (Chen et al., Algorithm 2 as SGD with momentum,
         eq. 15), SGLD, full-data HMC (small data only: every transition costs
-        ``n_integration_steps`` full passes), or the optimisation baselines,
+        ``n_integration_steps`` full passes), the optimisation baselines,
         which return one point estimate (prior precisions held at
-        ``prior_shape / prior_rate`` or ``prior_precision``).
+        ``prior_shape / prior_rate`` or ``prior_precision``), or the
+        stochastic bouncy particle sampler and its preconditioned variant
+        (Pakman et al., 2017, §4-5, k = 3): a warm-up iteration is a pass's
+        worth of minibatch observations (at least 50), a draw iteration the
+        trajectory time such a pass covered at the end of warm-up; it needs
+        ``batch_size`` smaller than the data (the bounce band learns the
+        minibatch noise), and ``learning_rate`` and ``momentum_decay`` are
+        unused.  The fixed ``prior_precision`` (the L2 term of Pakman et
+        al.'s §7.3) is the setting it is checked in; under the hierarchical
+        prior use ``"psbps"`` (the layers' scales differ) and expect slower
+        mixing of the precisions.  Bound violations (its bias, §4.1) are in
+        ``sampler_info_[c]["violation_fraction"]``; above 5% of proposals a
+        ``ConvergenceWarning`` says so.
     batch_size : int, default=500
         Minibatch size ``m`` (clipped to the number of rows).
     learning_rate : "auto" or float, default="auto"

@@ -79,6 +79,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import numpy as np
 
 from . import hmc, sghmc, sgld
+from ._sbps_model import SBPS_METHODS, run_model_sbps_chain
 from ._base import ChainResult, Prepared, SamplerConfig, check_positive_float, check_positive_int
 from ._driver import ChainDefaults, run
 from .adaptation import dual_averaging_init, dual_averaging_update, find_reasonable_step_size
@@ -114,6 +115,9 @@ class ModelSG(SamplerConfig):
         (1 for the optimisers: the final point).
     n_integration_steps : int, default=20
         Leapfrog steps per transition of "hmc".
+    confidence : float, default=3.0
+        ``k`` of SBPS's thinning band (Pakman et al., 2017, eq. 13) for
+        ``method="sbps"`` or ``"psbps"`` (:mod:`._sbps_model`).
     gibbs_every : None or int, default=None
         None: the Gibbs draw of the hyperparameters ends every pass (§4.2).
         ``k``: it follows every ``k``-th kernel update, counted over the
@@ -126,7 +130,7 @@ class ModelSG(SamplerConfig):
 
     def __init__(self, method="sghmc", subsample_size=500, learning_rate="auto",
                  momentum_decay=0.1, n_networks_kept=20, n_integration_steps=20,
-                 gibbs_every=None):
+                 gibbs_every=None, confidence=3.0):
         self.method = method
         self.subsample_size = subsample_size
         self.learning_rate = learning_rate
@@ -134,10 +138,12 @@ class ModelSG(SamplerConfig):
         self.n_networks_kept = n_networks_kept
         self.n_integration_steps = n_integration_steps
         self.gibbs_every = gibbs_every
+        self.confidence = confidence
 
     def validate(self, n_obs):
-        if self.method not in METHODS:
-            raise ValueError(f"sampler must be one of {METHODS}, got {self.method!r}.")
+        if self.method not in METHODS + SBPS_METHODS:
+            raise ValueError(f"sampler must be one of {METHODS + SBPS_METHODS}, got "
+                             f"{self.method!r}.")
         check_positive_int(self.subsample_size, "batch_size")
         if not (isinstance(self.learning_rate, str) and self.learning_rate == "auto"):
             check_positive_float(self.learning_rate, "learning_rate")
@@ -148,10 +154,20 @@ class ModelSG(SamplerConfig):
         gibbs_every = getattr(self, "gibbs_every", None)
         if gibbs_every is not None:
             check_positive_int(gibbs_every, "gibbs_every")
-            if self.method == "hmc":
+            if self.method == "hmc" or self.method in SBPS_METHODS:
                 raise ValueError("gibbs_every counts stochastic-gradient updates; with "
-                                 "method='hmc' the Gibbs step follows each transition "
-                                 "(use gibbs_every=None).")
+                                 f"method={self.method!r} the Gibbs step follows each "
+                                 "transition or draw interval (use gibbs_every=None).")
+        if self.method in SBPS_METHODS:
+            check_positive_float(getattr(self, "confidence", 3.0), "confidence")
+            if int(self.subsample_size) < 2 or int(self.subsample_size) >= n_obs:
+                raise ValueError(
+                    f"sampler={self.method!r} needs a minibatch of at least 2 rows and fewer "
+                    f"than the {n_obs} rows of the data, got batch_size="
+                    f"{self.subsample_size!r}: its bounce band learns the minibatch noise "
+                    "(Pakman et al., 2017, eq. 10), and without noise the local linear fit "
+                    "interpolates and its band is too low where the network bends. Use a "
+                    "smaller batch_size, or sampler='hmc' on small data.")
 
     def eta(self, n_obs):
         if isinstance(self.learning_rate, str):
@@ -197,6 +213,9 @@ def run_model_chain(config, rng: np.random.Generator, posterior: HierarchicalGra
     """
     t0 = time.perf_counter()
     chain = _ModelChain(config, posterior, n_warmup, trace)
+    if config.method in SBPS_METHODS:
+        return _run_sbps(config, rng, posterior, n_warmup, n_draws, chain, trace, progress,
+                         stop)
     position = posterior.init_position(rng)
     hyper, _ = (posterior.point_hyper(position) if chain.optimiser
                 else posterior.init_hyper(rng, position))
@@ -240,6 +259,24 @@ def run_model_chain(config, rng: np.random.Generator, posterior: HierarchicalGra
                "kept_iterations": kept_at, "final_hyper": final.hyper,
                "gibbs_every": chain.gibbs_every, "n_gibbs_steps": final.n_gibbs,
                "n_updates": final.n_updates})
+
+
+def _run_sbps(config, rng, posterior, n_warmup, n_draws, chain, trace, progress, stop):
+    """SBPS / pSBPS (:mod:`._sbps_model`): iterations are draw intervals of trajectory time."""
+    n_kept = config.n_kept(n_draws)
+    kept_at = _kept_iterations(n_draws, n_kept)
+    out, particle, extra = run_model_sbps_chain(
+        config, rng, posterior, n_warmup, n_draws, kept_at, chain.steps_per_pass, chain.m,
+        trace=trace, progress=progress, stop=stop)
+    if not out.warmup_complete or out.n_done < n_draws:
+        raise KeyboardInterrupt("Sampling was interrupted; the estimator is unchanged.")
+    extra.update({"learning_rate": math.nan, "momentum_decay": math.nan,
+                  "updates_per_iteration": chain.steps_per_pass, "kept_iterations": kept_at,
+                  "gibbs_every": None, "n_updates": int(np.nansum(out.stats["n_steps"]))})
+    return out.result(
+        n_draws, step_size=float(particle.interval), n_integration_steps=1,
+        inverse_mass_matrix=particle.a ** 2, theta_star=np.full(1, np.nan),
+        subsample_size=chain.m, extra=extra)
 
 
 class _ModelState(NamedTuple):
