@@ -7,7 +7,9 @@ logistic data (:func:`bayesian_subsample.datasets.make_higgs_like`'s recipe:
 printed with:
 
 * ``fit_s``: the whole ``fit``; ``validation_s``: input validation
-  (``validate_data``, in the parent); ``setup_s`` and ``setup_passes``: the
+  (the fit's ``validation_seconds``; above 10^5 rows the NaN/infinity/
+  magnitude scan of ``X`` is part of the first set-up pass, not of
+  validation); ``setup_s`` and ``setup_passes``: the
   parent's set-up (theta*, control-variate sums, mass matrix, pilot for m)
   and the number of full passes it made; ``warmup_s`` and ``sampling_s``
   summed over the chains; ``rows_read_over_n``: every per-observation
@@ -24,7 +26,14 @@ printed with:
 * ``min_ess``, ``min_ess_per_s`` (bulk ESS of the 30 coefficients over
   ``fit_s``), the largest ``|posterior mean - true value| / posterior sd``,
   and the peak anonymous resident memory (``RssAnon``) of the parent and of
-  each worker process during the fit.
+  each worker process during the fit;
+* ``setup_newton``: the kind (``chord``: order-1 pass, ``newton``: order-2
+  pass) and Newton decrement of each pass of the theta* search;
+  ``fit_over_read``, ``setup_over_read``: the fit's and the set-up's
+  seconds in units of ``read_s``; ``load_avg_1min`` before the size;
+* when 10^6 rows ran earlier in the same invocation (the default and the
+  check of issue 15: ``--n 1000000 100000000``), ``budget_s`` = 3
+  ``read_s`` + 2 ``fit_s`` of 10^6 rows and ``within_budget``.
 
 Rows above ``--memmap-above`` (default 5 x 10^7) are written chunk by chunk
 to a float32 memmap under ``--tmpdir`` (10^8 x 29 float32 is 11.6 GB) and the
@@ -32,6 +41,8 @@ file is deleted afterwards; smaller sizes are float32 arrays in memory.
 
     python benchmarks/bench_scale.py                          # 1e5, 1e6, 1e7 (~10 min)
     python benchmarks/bench_scale.py --n 100000000 --n-warmup 300 --n-draws 500
+    python benchmarks/bench_scale.py --n 100000000 --keep-data   # then, reusing the file:
+    PYTHONPATH=/other/checkout python benchmarks/bench_scale.py --n 100000000 --keep-data
     python benchmarks/bench_scale.py --plot doc/_static/bench_scale.png \\
         --from-results benchmarks/results/scale.jsonl        # the figure in the docs
 """
@@ -51,10 +62,21 @@ from scipy.special import expit
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 
-def make_data(n, seed, path=None, n_features=29, chunk=262_144):
-    """HIGGS-like data as :func:`make_higgs_like` draws them, into RAM or a float32 memmap."""
+def make_data(n, seed, path=None, n_features=29, chunk=262_144, reuse=False):
+    """HIGGS-like data as :func:`make_higgs_like` draws them, into RAM or a float32 memmap.
+
+    With ``reuse`` and a memmap at ``path`` written by an earlier call with
+    the same ``n`` and ``seed`` (and its labels next to it), those are opened
+    instead of drawn again; the labels are then always saved next to a
+    memmap, so a later run (e.g. another checkout on ``PYTHONPATH``) can
+    reuse the file.
+    """
     rng = np.random.default_rng(seed)
     coef = rng.normal(0.0, 0.5, n_features)
+    if path is not None and reuse and os.path.exists(path) and os.path.exists(path + ".y.npy"):
+        X = np.load(path, mmap_mode="r")
+        if X.shape == (n, n_features):
+            return X, np.load(path + ".y.npy"), coef
     lags = np.abs(np.subtract.outer(np.arange(n_features), np.arange(n_features)))
     chol = np.linalg.cholesky(0.5**lags)
     if path is None:
@@ -72,6 +94,7 @@ def make_data(n, seed, path=None, n_features=29, chunk=262_144):
         X.flush()
         del X
         X = np.load(path, mmap_mode="r")
+        np.save(path + ".y.npy", y)
     return X, y, coef
 
 
@@ -168,7 +191,7 @@ class Timers:
             setattr(obj, name, orig)
 
 
-def run_size(n, args):
+def run_size(n, args, earlier=()):
     from threadpoolctl import threadpool_limits
 
     from bayesian_subsample import BayesianLogisticRegression
@@ -178,8 +201,9 @@ def run_size(n, args):
     path = None
     if n > args.memmap_above:
         path = os.path.join(args.tmpdir, f"bench_scale_X_{n}.npy")
+    load = os.getloadavg()[0]
     t0 = time.perf_counter()
-    X, y, coef = make_data(n, args.seed, path)
+    X, y, coef = make_data(n, args.seed, path, reuse=args.keep_data)
     gen_s = time.perf_counter() - t0
     try:
         read_s = sequential_read(X)
@@ -229,6 +253,17 @@ def run_size(n, args):
             row["sampler_info"] = [{k: v for k, v in d.items()
                                     if isinstance(v, (int, float, str, bool, list, dict))}
                                    for d in info]
+            row["setup_newton"] = [
+                {"kind": step["kind"], "decrement": (None if step["decrement"] is None
+                                                     else float(f"{step['decrement']:.3g}"))}
+                for step in info[0].get("setup_newton", [])]
+        row.update(fit_over_read=round(fit_s / read_s, 2),
+                   setup_over_read=round(timers.seconds["setup"] / read_s, 2),
+                   load_avg_1min=round(load, 2))
+        small = [r for r in earlier if r["n"] == 1_000_000]
+        if small and n > 1_000_000:
+            budget = 3 * read_s + 2 * small[-1]["fit_s"]
+            row.update(budget_s=round(budget, 3), within_budget=bool(fit_s <= budget))
         # Kernel and floor side by side at this fit's m, L and step size.
         with threadpool_limits(1):
             from bayesian_subsample.likelihood._full import TallPosterior
@@ -251,10 +286,13 @@ def run_size(n, args):
         row.update(kernel_ms=round(kern, 4), floor_ms=round(flo, 4),
                    ratio=round(kern / flo, 3))
         print(json.dumps(row), flush=True)
+        return row
     finally:
         del X
-        if path is not None and os.path.exists(path):
-            os.remove(path)
+        if path is not None and not args.keep_data:
+            for name in (path, path + ".y.npy"):
+                if os.path.exists(name):
+                    os.remove(name)
 
 
 def plot(rows, path):
@@ -296,6 +334,9 @@ def main(argv=None):
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--memmap-above", type=int, default=50_000_000)
     parser.add_argument("--tmpdir", default="/tmp")
+    parser.add_argument("--keep-data", action="store_true",
+                        help="keep the memmap (and reuse one left by an earlier run with the "
+                             "same --n and --seed): side-by-side runs of two checkouts")
     parser.add_argument("--n-iter", type=int, default=300,
                         help="iterations per timing round of the kernel and the floor")
     parser.add_argument("--repeats", type=int, default=7)
@@ -316,8 +357,9 @@ def main(argv=None):
         warnings.simplefilter("ignore")
         BayesianLogisticRegression(n_chains=args.n_chains, n_jobs=args.n_jobs, n_warmup=10,
                                    n_draws=10, random_state=0).fit(Xw, yw)
+    rows = []
     for n in args.n:
-        run_size(n, args)
+        rows.append(run_size(n, args, rows))
 
 
 if __name__ == "__main__":

@@ -54,7 +54,7 @@ DEFAULT_CHUNK_SIZE = 16384
 #: ``X`` is read as it is (no float64 copy of the chunk) and walked in blocks
 #: of this many rows: each block is widened (exactly) into a float64 buffer
 #: for ``eta``, the terms and the gradient, while it is in cache.
-FLOAT32_BLOCK_ROWS = 8192
+FLOAT32_BLOCK_ROWS = 16384
 
 #: Rows per float32 product in the curvature sums ``sum_i c_i x_i x_i^T`` of
 #: float32 rows: the block scaled by ``c`` (a (d, 1024) float32 copy, 120 kB
