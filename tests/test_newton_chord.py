@@ -45,11 +45,15 @@ def test_subset_rows_are_gathered_once_and_give_the_same_sums():
         for a, b in zip(post.model.sums(theta, order, rows=rows),
                         post.model.sums(theta, order, idx=idx)):
             assert np.array_equal(a, b)
+    # The mode search gathers float32 rows as float32 (float32 pass code).
+    sub = post.model.subset_rows(idx)
+    assert sub[0].dtype == np.float32
+    np.testing.assert_array_equal(sub[0], post.model.X[idx])
     theta1, _, H = post.mode(idx=idx, return_hessian=True)
     theta2, _ = post.mode(idx=idx)
     assert np.array_equal(theta1, theta2)
     # The returned Hessian is the scaled subset's at the last iterate.
-    _, _, h = post.model.sums(theta1, 2, idx=idx)
+    _, _, h = post.model.sums(theta1, 2, rows=sub)
     expected = -(post.n_obs / len(idx) * h + post.prior.hessian(theta1))
     np.testing.assert_allclose(H, expected, rtol=1e-6)
 

@@ -498,7 +498,8 @@ class TallPosterior:
         scale = 1.0 if idx is None else self.n_obs / len(idx)
         n_eval = 0
         per_pass = self.n_obs if idx is None else len(idx)
-        rows = None if idx is None else self.model.rows(idx)
+        gather = getattr(self.model, "subset_rows", self.model.rows)
+        rows = None if idx is None else gather(idx)
         neg_hessian = None
 
         def objective(th, order):
