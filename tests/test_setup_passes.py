@@ -98,6 +98,12 @@ _LABELS = {
     "float32_whole": np.array([2.0, -1.0, 3.0, 2.0], dtype=np.float32),
     "float_fractional": np.array([0.5, 1.5, 0.5, 2.25]),
     "wide_range": np.array([10**12, 3, 3, -7]),
+    # Short ranges without a gap are shifted in their own dtype; with a gap
+    # (here 1 and -127 missing) they go through the table.
+    "int8_01": np.random.default_rng(4).integers(0, 2, 500).astype(np.int8),
+    "int8_negative": np.array([-128, -126, -127, -128], dtype=np.int8),
+    "int8_gap": np.array([-128, -126, -128, 0, 2, 0], dtype=np.int8),
+    "int_gap": np.array([5, 7, 5, 7, 9]),
 }
 
 
