@@ -51,6 +51,10 @@ from bayesian_subsample.samplers import gibbs
 EPSILONS = (0.01, 0.05, 0.1, 0.15, 0.2, 0.25)
 
 
+def _block_size_arg(value):
+    return value if value == "auto" else int(value)
+
+
 def _emit(record, out):
     line = json.dumps(record)
     print(line, flush=True)
@@ -174,9 +178,9 @@ def _replay_updates(mrf, pairs, eps, batch_size, replays, seed):
     return np.array(p_true), np.array(p_hat), terms, time.process_time() - t0
 
 
-def _one_chain_timing(mrf, method, eps, batch_size, seconds, seed):
+def _one_chain_timing(mrf, method, eps, batch_size, seconds, seed, block_size="auto"):
     """CPU seconds per scan of the one-chain kernel (gibbs.step), for reference."""
-    params = gibbs.GibbsParams(method, "systematic", eps, batch_size)
+    params = gibbs.GibbsParams(method, "systematic", eps, batch_size, block_size)
     rng = np.random.default_rng(seed)
     state = gibbs.init(rng.integers(0, 2, mrf.n_variables))
     n = terms = 0
@@ -188,13 +192,14 @@ def _one_chain_timing(mrf, method, eps, batch_size, seconds, seed):
     return (time.process_time() - t0) / n, terms / (n * mrf.n_variables)
 
 
-def _error_run(mrf, X0, subsets, truth, method, eps, batch_size, seconds, seed):
+def _error_run(mrf, X0, subsets, truth, method, eps, batch_size, seconds, seed,
+               block_size="auto"):
     """One Figure 8 run: K chains in lockstep for ``seconds`` of CPU time.
 
     After every lockstep scan: the CPU seconds, the terms evaluated (all
     chains) and the eq. (12) error of the pooled draws so far.
     """
-    params = gibbs.GibbsParams(method, "systematic", eps, batch_size)
+    params = gibbs.GibbsParams(method, "systematic", eps, batch_size, block_size)
     rng = np.random.default_rng(seed)
     K = len(X0)
     k = subsets.shape[1]
@@ -241,20 +246,27 @@ def run_error_curves(mrf, truth, subsets, args, out):
     """
     D = mrf.n_variables
     X0 = np.random.default_rng(args.seed + 2).integers(0, 2, (args.chains, D)).astype(np.int8)
-    methods = [("exact", 0.0)] + [("approximate", eps) for eps in EPSILONS]
+    bs = _block_size_arg(args.block_size)
+    methods = ([("exact", 0.0, "auto")] + [("approximate", eps, bs) for eps in EPSILONS]
+               + [("approximate", eps, int(b)) for b in args.extra_block_sizes
+                  for eps in args.extra_epsilons])
     runs = Parallel(n_jobs=args.n_jobs)(
         delayed(_error_run)(mrf, X0, subsets, truth, method, eps, args.batch_size,
-                            args.seconds, args.seed + 3)
-        for method, eps in methods)
+                            args.seconds, args.seed + 3, b)
+        for method, eps, b in methods)
     one_chain = Parallel(n_jobs=args.n_jobs)(
         delayed(_one_chain_timing)(mrf, method, eps, args.batch_size, args.one_chain_seconds,
-                                   args.seed + 5)
-        for method, eps in methods) if args.one_chain_seconds > 0 else [(None, None)] * 7
+                                   args.seed + 5, b)
+        for method, eps, b in methods) if args.one_chain_seconds > 0 else \
+        [(None, None)] * len(methods)
     curves = {}
     exact_per_scan = None
-    for (method, eps), (times, terms, errors, flips, wall, chain_errors), (oc_scan, _) in zip(
+    for (method, eps, b), (times, terms, errors, flips, wall, chain_errors), (oc_scan, _) in zip(
             methods, runs, one_chain):
-        name = "exact" if method == "exact" else f"eps={eps}"
+        b_used = 1 if method == "exact" else gibbs.block_size_for(
+            mrf, 0, gibbs.GibbsParams(method, "systematic", eps, args.batch_size, b))
+        name = "exact" if method == "exact" else (
+            f"eps={eps}" if b == bs else f"eps={eps},b={b_used}")
         curves[name] = (times, terms, errors)
         n = len(times)
         per_chain_scan = float(times[-1] / (n * args.chains))
@@ -277,7 +289,7 @@ def run_error_curves(mrf, truth, subsets, args, out):
         tpu = float(terms[-1] / (n * args.chains * D))
         checkpoints = np.unique(np.geomspace(1, n, 30).astype(int)) - 1
         _emit({"part": "error", "method": name, "epsilon": eps,
-               "batch_size": args.batch_size, "chains": args.chains,
+               "batch_size": args.batch_size, "block_size": b_used, "chains": args.chains,
                "scans_per_chain": n, "cpu_seconds": round(float(times[-1]), 1),
                "wall_seconds": round(wall, 1),
                "cpu_ms_per_chain_scan": round(1e3 * per_chain_scan, 3),
@@ -362,6 +374,11 @@ def main():
     ap.add_argument("--probe-chain-ms", type=float, nargs="*", default=[5, 10, 20, 50, 100],
                     help="CPU ms per chain at which to report each chain's own eq. (12) error")
     ap.add_argument("--batch-size", type=int, default=500)
+    ap.add_argument("--block-size", default="auto",
+                    help='terms per sampled block of the approximate runs ("auto" or an int)')
+    ap.add_argument("--extra-block-sizes", type=int, nargs="*", default=[],
+                    help="also run --extra-epsilons with these block sizes (1: single terms)")
+    ap.add_argument("--extra-epsilons", type=float, nargs="*", default=[0.01, 0.05])
     ap.add_argument("--pairs-per-bin", type=int, default=10)
     ap.add_argument("--replays", type=int, default=100)
     ap.add_argument("--n-jobs", type=int, default=1,

@@ -355,7 +355,7 @@ class BinaryMRF:
         if len(cols) > 7:  # codes up to 2**(arity - 1) - 1 overflow int8
             code = code.astype(np.int16)
         for q in range(1, len(cols)):
-            code <<= 1
+            code += code  # code <<= 1, but numpy's add is vectorised and its shift is not
             code |= XT.take(cols[q][rows], axis=0)
         return self._diff.take((rows * self._n_codes)[:, None] + code)
 
@@ -458,7 +458,7 @@ class BinaryMRF:
         if len(layout.nbr) > 7:
             code = code.astype(np.int16)
         for q in range(1, len(layout.nbr)):
-            code <<= 1
+            code += code  # code <<= 1, but numpy's add is vectorised and its shift is not
             code |= XT.take(layout.nbr[q].take(g, axis=0).reshape(-1), axis=0)
         vals = layout.diff.take((slots * n_codes)[:, None] + code)
         return vals.reshape(len(g), b, K).sum(axis=1)

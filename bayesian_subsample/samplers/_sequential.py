@@ -34,7 +34,8 @@ import numpy as np
 from scipy.special import stdtr, stdtrit
 
 __all__ = ["IndexStream", "PermutationStream", "READING_ORDERS", "SequentialTestResult",
-           "sequential_mean_test", "look_delta", "look_standard_error", "critical_t"]
+           "sequential_mean_test", "look_delta", "look_standard_error", "critical_t",
+           "look_stops"]
 
 
 class IndexStream:
@@ -214,3 +215,28 @@ def critical_t(df, epsilon):
     if epsilon <= 0.0:
         return math.inf
     return float(-stdtrit(df, epsilon))
+
+
+def look_stops(total, total_sq, n, N, mu0, epsilon):
+    """Which of many tests at the same look stop: ``delta < epsilon`` in few array operations.
+
+    The rule of :func:`look_delta` (``|lbar - mu0| > t_c s``, ``t_c`` =
+    :func:`critical_t`, ``s`` of eq. 3 with the finite-population
+    correction) squared, so that one look over ``K`` tests costs about eight
+    array operations:
+
+        (lbar - mu0)^2 > t_c^2 (1 - (n - 1) / (N - 1)) / (n (n - 1)) * max(S2 - S1 lbar, 0),
+
+    ``S1, S2`` the sums and sums of squares of the ``n`` members read
+    (``1 < n < N``).  A zero spread stops iff ``lbar != mu0``, as in
+    :func:`look_delta`.  Returns ``(stop, lbar - mu0)``.
+    """
+    tc = critical_t(n - 1, float(epsilon))
+    lbar = total * (1.0 / n)
+    gap = lbar - mu0
+    if not math.isfinite(tc):
+        return np.zeros(np.shape(gap), dtype=bool), gap
+    c = tc * tc * (1.0 - (n - 1) / (N - 1)) / (n * (n - 1.0))
+    spread = np.maximum(total_sq - total * lbar, 0.0)
+    spread *= c
+    return gap * gap > spread, gap

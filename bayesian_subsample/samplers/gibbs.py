@@ -55,7 +55,7 @@ from typing import TYPE_CHECKING, NamedTuple
 import numpy as np
 
 from ._driver import ChainDefaults, run
-from ._sequential import critical_t, look_standard_error, sequential_mean_test
+from ._sequential import critical_t, look_standard_error, look_stops, sequential_mean_test
 
 if TYPE_CHECKING:
     from ._typing import BinaryConditionals
@@ -574,10 +574,13 @@ def decide_chains(rng, target, i, XT, thresholds, params, block_size=None):
                 n_batches[active] = k
                 return values, n_used, n_batches, early
             if n > 1 and eps > 0:
-                lbar, se = look_standard_error(total, total_sq, n, U)
-                gap = lbar - mu0a
-                # delta < epsilon (Algorithm 1) as |t| > t_c; se = 0 stops iff lbar != mu0.
-                stop = np.abs(gap) > critical_t(n - 1, eps) * se
+                if b == 1:
+                    lbar, se = look_standard_error(total, total_sq, n, U)
+                    gap = lbar - mu0a
+                    # delta < epsilon (Algorithm 1) as |t| > t_c; se = 0 stops iff lbar != mu0.
+                    stop = np.abs(gap) > critical_t(n - 1, eps) * se
+                else:  # the same rule squared, in fewer operations
+                    stop, gap = look_stops(total, total_sq, n, U, mu0a, eps)
                 if stop.any():
                     done = active[stop]
                     values[done] = gap[stop] > 0
