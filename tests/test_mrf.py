@@ -11,7 +11,7 @@ from scipy import integrate, stats
 from bayesian_subsample import BinaryMRF, GibbsSampler
 from bayesian_subsample.diagnostics import ess_bulk, mcse_mean, split_rhat
 from bayesian_subsample.estimators._gibbs import subset_distribution
-from bayesian_subsample.samplers import gibbs
+from bayesian_subsample.samplers import _sequential, gibbs
 from bayesian_subsample.samplers._sequential import sequential_mean_test
 
 
@@ -918,7 +918,7 @@ def test_block_test_with_term_level_degrees_of_freedom_fails(monkeypatch):
     b, eps, R = 9, 0.1, 1500
     params = gibbs.GibbsParams("approximate", "systematic", eps, 18, b)
     rng = np.random.default_rng(7)
-    critical_t = gibbs.critical_t
+    critical_t = _sequential.critical_t
     fails = {"kernel": 0, "term_df": 0}
     for x, i, p in _updates(mrf, 4, 0.6, 0.97, seed=5):
         T = _block_totals(mrf, i, x, b)
@@ -927,8 +927,8 @@ def test_block_test_with_term_level_degrees_of_freedom_fails(monkeypatch):
         se = np.sqrt(exact * (1 - exact) / R)
         for key in fails:
             with monkeypatch.context() as mp:
-                if key == "term_df":
-                    mp.setattr(gibbs, "critical_t",
+                if key == "term_df":  # the block test's critical value (look_stops)
+                    mp.setattr(_sequential, "critical_t",
                                lambda df, e: critical_t((df + 1) * b - 1, e))
                 p_hat = np.mean([gibbs.decide_chains(rng, mrf, i, x[:, None],
                                                      gibbs._logit(rng.random(1)), params)[0][0]
@@ -936,3 +936,21 @@ def test_block_test_with_term_level_degrees_of_freedom_fails(monkeypatch):
             fails[key] += abs(p_hat - exact) > 4 * se + 0.005  # midpoint rule over u
     assert fails["kernel"] == 0
     assert fails["term_df"] >= 2
+
+
+def test_look_stops_is_the_delta_rule():
+    """The squared stop rule of the block test (look_stops) decides as
+    look_delta(...) < epsilon on 90,000 random looks; epsilon = 0 never stops."""
+    from bayesian_subsample.samplers._sequential import look_delta, look_stops
+    rng = np.random.default_rng(0)
+    for _ in range(300):
+        n = int(rng.integers(2, 60))
+        N = int(rng.integers(n + 1, 200))
+        v = rng.normal(rng.normal(), rng.exponential(), (n, 100))
+        S1, S2 = v.sum(axis=0), (v * v).sum(axis=0)
+        mu0 = rng.normal(S1 / n, rng.exponential() * v.std(axis=0) / np.sqrt(n))
+        for eps in (0.01, 0.05, 0.2):
+            stop, gap = look_stops(S1, S2, n, N, mu0, eps)
+            np.testing.assert_array_equal(stop, look_delta(S1, S2, n, N, mu0) < eps)
+            np.testing.assert_allclose(gap, S1 / n - mu0)
+        assert not look_stops(S1, S2, n, N, mu0, 0.0)[0].any()
