@@ -4,7 +4,7 @@ The model is ``BinaryMRF.random_triplet(100)``: 100 binary variables, a 2x2x2
 potential table on every one of the 161,700 triples with i.i.d. normal
 log-entries of sd 0.02 (see ``bayesian_subsample.models._mrf`` for why sd and
 not variance), so each Gibbs conditional is a sum over 4,851 pair terms
-(eq. 11).  Three parts, one JSON line per result:
+(eq. 11).  Four parts, one JSON line per result:
 
 * ``truth``: exact systematic-scan Gibbs chains (``--truth-chains`` of
   ``--truth-draws`` scans, run in lockstep as two independent tasks); their
@@ -18,6 +18,10 @@ not variance), so each Gibbs conditional is a sum over 4,851 pair terms
   reading orders through ``samplers.gibbs.decide`` for every epsilon.  Per
   epsilon: the largest and mean ``|p_hat - p|`` over pairs, with the
   binomial standard error of ``p_hat``, and the mean terms per decision.
+* ``cost``: the per-scan CPU cost of each method measured side by side in
+  one process (one lockstep scan of each method in turn, ``--cost-scans``
+  rounds), with terms per update and ns per term: the ratios to exact
+  Gibbs are robust to a changing machine load.
 * ``error`` (Figure 8): for exact Gibbs and each epsilon in
   {0.01, 0.05, 0.1, 0.15, 0.2, 0.25} (mini-batches of 500 terms),
   ``--chains`` systematic-scan chains from the same random starts run in
@@ -311,6 +315,48 @@ def run_error_curves(mrf, truth, subsets, args, out):
     return curves
 
 
+def run_costs(mrf, args, out):
+    """Per-scan cost side by side: one lockstep scan of each method in turn, in one process.
+
+    ``--chains`` chains from the same starts (after ``--cost-warmup`` exact
+    scans, so the tests see typical states), ``--cost-scans`` rounds of one
+    scan per method; each method's CPU time (``time.process_time``) is
+    summed over its scans.  Interleaving makes the ratios robust to a
+    machine whose load changes during the run.
+    """
+    D = mrf.n_variables
+    rng = np.random.default_rng(args.seed + 20)
+    X0 = rng.integers(0, 2, (args.chains, D)).astype(np.int8)
+    for _ in range(args.cost_warmup):
+        X0, _ = gibbs.step_chains(rng, X0, mrf, gibbs.GibbsParams())
+    bs = _block_size_arg(args.block_size)
+    methods = ([("exact", 0.0, "auto")] + [("approximate", eps, bs) for eps in EPSILONS]
+               + [("approximate", eps, int(b)) for b in args.extra_block_sizes
+                  for eps in args.extra_epsilons])
+    params = [gibbs.GibbsParams(m, "systematic", eps, args.batch_size, b)
+              for m, eps, b in methods]
+    states = [X0.copy() for _ in methods]
+    rngs = [np.random.default_rng(args.seed + 21) for _ in methods]
+    cpu = np.zeros(len(methods))
+    terms = np.zeros(len(methods))
+    for _ in range(args.cost_scans):
+        for k, p in enumerate(params):
+            t0 = time.process_time()
+            states[k], info = gibbs.step_chains(rngs[k], states[k], mrf, p)
+            cpu[k] += time.process_time() - t0
+            terms[k] += info.n_terms_evaluated.sum()
+    n = args.cost_scans * args.chains
+    for (method, eps, b), p, c, t in zip(methods, params, cpu, terms):
+        b_used = 1 if method == "exact" else gibbs.block_size_for(mrf, 0, p)
+        _emit({"part": "cost", "method": "exact" if method == "exact" else
+               f"eps={eps},b={b_used}", "epsilon": eps, "block_size": b_used,
+               "chains": args.chains, "scans": args.cost_scans,
+               "cpu_ms_per_chain_scan": round(1e3 * c / n, 3),
+               "relative_to_exact": round(c / cpu[0], 3),
+               "terms_per_update": round(t / (n * D), 1),
+               "ns_per_term": round(1e9 * c / t, 2)}, out)
+
+
 def plot(prefix, conditionals, curves):
     import matplotlib
     matplotlib.use("Agg")
@@ -385,7 +431,10 @@ def main():
                     help="processes for the truth chains, the replays and the Figure 8 chains")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--parts", nargs="*", default=["conditionals", "error"],
-                    choices=["conditionals", "error"])
+                    choices=["conditionals", "error", "cost"])
+    ap.add_argument("--cost-scans", type=int, default=10,
+                    help="rounds of one scan per method in the side-by-side cost part")
+    ap.add_argument("--cost-warmup", type=int, default=10)
     ap.add_argument("--quick", action="store_true", help="small smoke run (~1 min)")
     ap.add_argument("--output", help="append the JSON lines to this file")
     ap.add_argument("--plot", help="PNG file prefix (needs matplotlib)")
@@ -408,6 +457,10 @@ def main():
            "terms_per_conditional": int(mrf.terms_per_variable[0]),
            "log_potential_sd": args.log_potential_sd, "subsets": args.subsets,
            "build_seconds": round(time.perf_counter() - t0, 2)}, out)
+    if "cost" in args.parts:
+        run_costs(mrf, args, out)
+        if args.parts == ["cost"]:
+            return
     truth, truth_draws = run_truth(mrf, args, subsets, out)
     conditionals = curves = None
     if "conditionals" in args.parts:
