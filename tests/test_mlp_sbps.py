@@ -114,9 +114,10 @@ def test_a_particle_that_never_bounces_is_caught_as_an_escape(two_weights, monke
     particle fly off; the chain ends with the escape named, instead of a hang."""
     model = two_weights[0].model
     net = model.network
-    # A tight prior puts the escape radius (sqrt(2) + 30 prior sd) 3.1 away.
+    # A tight prior puts the escape radius (sqrt(2) + 30 prior sd) 1.0 away
+    # (posterior sd 0.03); velocity refreshments make the path a random walk.
     post = HierarchicalPosterior(model, net.layer_of_each_weight(),
-                                 lambda r: np.zeros(net.dim), prior_precision=100.0)
+                                 lambda r: np.zeros(net.dim), prior_precision=1000.0)
     monkeypatch.setattr(sbps_kernel, "piecewise_linear_value", lambda *a: math.inf)
     (r,) = _run("sbps", post, 5, 200, seed=1, n_chains=1)
     assert r.extra["diverged_at"] is not None
@@ -187,3 +188,59 @@ def test_sbps_refuses_a_noise_free_minibatch():
         BayesianMLPClassifier(sampler="sbps", batch_size=500).fit(X, y)
     with pytest.raises(ValueError, match="gibbs_every"):
         ModelSG(method="sbps", gibbs_every=10).validate(100)
+
+
+# ------------------------------------------------ a nonlinear network (slow)
+@pytest.fixture(scope="module")
+def one_hidden_unit():
+    """y ~ Bernoulli(sigmoid(3 sigmoid(2 x) + 0.5)): four weights (w1, b1, w2, b2)
+    with prior precision 1, N = 1,000.  The hidden unit's mirror mode
+    (-w1, -b1, -w2, b2 + w2) has about 6 nats less prior density, so the
+    posterior is one mode; both samplers start near it.  The reference is the
+    library's full-data HMC, 4 long chains."""
+    rng = np.random.default_rng(5)
+    n = 1000
+    X = rng.normal(size=(n, 1))
+    eta = 3.0 / (1 + np.exp(-2.0 * X[:, 0])) + 0.5
+    y = (rng.random(n) < 1 / (1 + np.exp(-eta))).astype(int)
+    net = MLP(1, (1,), 1, "logistic", "sigmoid")
+    start = np.array([2.0, 0.0, 3.0, 0.5])
+    post = HierarchicalPosterior(MLPModel(net, X, y), net.layer_of_each_weight(),
+                                 lambda r: start + 0.05 * r.standard_normal(4),
+                                 prior_precision=1.0)
+    ref = _run("hmc", post, 300, 3000, seed=11, n_chains=4)
+    draws = np.stack([r.draws for r in ref])
+    assert np.max(split_rhat(draws)) < 1.01
+    return post, draws
+
+
+def _check_against(draws, ref):
+    """|mean error| <= 4 combined MCSE + 0.05 sd, |sd error| likewise + 5%."""
+    sd = ref.std(axis=(0, 1))
+    err_mean = np.abs(draws.mean(axis=(0, 1)) - ref.mean(axis=(0, 1)))
+    err_sd = np.abs(draws.std(axis=(0, 1)) - sd)
+    se_mean = np.hypot(mcse_mean(draws), mcse_mean(ref))
+    se_sd = np.hypot(mcse_sd(draws), mcse_sd(ref))
+    ok = (err_mean <= 4 * se_mean + MEAN_ALLOWANCE * sd) & (err_sd <= 4 * se_sd
+                                                            + SD_ALLOWANCE * sd)
+    assert np.all(ok), (err_mean / sd, err_sd / sd)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("method", ["sbps", "psbps"])
+def test_sbps_matches_long_hmc_on_a_nonlinear_network(one_hidden_unit, method):
+    post, ref = one_hidden_unit
+    results = _run(method, post, 100, 1500, seed=3)
+    draws = np.stack([r.draws for r in results])
+    assert np.max(split_rhat(draws)) < 1.02
+    _check_against(draws, ref)
+
+
+@pytest.mark.slow
+def test_half_rate_sbps_fails_against_hmc_on_a_nonlinear_network(one_hidden_unit, monkeypatch):
+    post, ref = one_hidden_unit
+    value = sbps_kernel.piecewise_linear_value
+    monkeypatch.setattr(sbps_kernel, "piecewise_linear_value", lambda *a: 2.0 * value(*a))
+    results = _run("sbps", post, 100, 1500, seed=3)
+    with pytest.raises(AssertionError):
+        _check_against(np.stack([r.draws for r in results]), ref)

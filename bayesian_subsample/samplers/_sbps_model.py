@@ -28,7 +28,12 @@ permute):
 * **proposal horizon**: the band extrapolates at most
   ``h = sqrt(mean(1 / kappa))`` (the rms local posterior sd along the
   observed directions, the GLM driver's rms Laplace sd) before observing
-  again;
+  again, strictly (``SBPSParams.strict_horizon``): a proposal that would
+  fall in the band's linear tail beyond the last knot is not made, the
+  particle moves to the last knot and observes.  Without it, a small
+  fitted slope put proposals hundreds of horizons ahead on §7.3's network
+  and the particle climbed to log posterior -9e4 (from -1.2e4 at the start;
+  -590 at the reference draws) in one step;
 * **draw interval**: warm-up iterations are passes over the data (``ceil(N /
   n)`` minibatch observations, at least 50); at the end of warm-up the draw
   interval is frozen at the trajectory time the particle covered per pass in
@@ -166,7 +171,8 @@ class _Particle:
     # ----------------------------------------------------------- tuning
     def _set_params(self):
         self.params = sbps.SBPSParams(self.confidence, self.refresh, float(self.slope_mean),
-                                      float(self.slope_sd), self.a.copy(), self.horizon)
+                                      float(self.slope_sd), self.a.copy(), self.horizon,
+                                      strict_horizon=True)
 
     def _window(self):
         """``kappa`` of the later half of the warm-up iterations so far."""

@@ -165,6 +165,14 @@ class SBPSParams(NamedTuple):
     #: last observation (the last knot is at most this far); the driver uses
     #: the rms Laplace posterior sd in the particle's coordinates.
     max_horizon: float = math.inf
+    #: If True, a proposal beyond the last knot (in the band's linear tail) is
+    #: not made: the particle moves to the last knot and observes there
+    #: (thinning restarted at a time fixed before the draw, so still exact
+    #: where the band holds).  The network driver needs it: with a small
+    #: slope prior the tail can place a proposal hundreds of horizons ahead,
+    #: and it must stop exactly at its grid times.  False keeps the GLM
+    #: driver's draws unchanged.
+    strict_horizon: bool = False
 
 
 class SBPSInfo(NamedTuple):
@@ -428,6 +436,8 @@ def step(rng: np.random.Generator, state: SBPSState, target: MinibatchObserver,
     times, values, tail = _knots(b0, b1, s00, s01, s11, c2_last, t_m, params.confidence,
                                  params.max_horizon)
     t_prop = piecewise_linear_arrival(times, values, tail, rng.standard_exponential())
+    if params.strict_horizon and t_prop > times[-1]:
+        t_prop = math.inf
     lam_r = float(params.refresh_rate)
     tau_r = rng.standard_exponential() / lam_r if lam_r > 0.0 else math.inf
     horizon = times[-1] - t_m
