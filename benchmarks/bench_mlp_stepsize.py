@@ -25,6 +25,13 @@ after ``--burn-in`` passes, and ``--networks-kept`` evenly spaced ones), the
 mean log loss of the single networks, ``eta lambda_max`` and the predicted
 variance inflation in the stiffest direction.  One JSON line per run.
 
+``--temperature-states K`` adds the per-layer configurational temperature
+(:func:`bayesian_subsample.diagnostics.configurational_temperature`) of K
+networks spread over the second half of each run, each with the precisions
+the Gibbs step drew with it: 1 for a chain that samples its target, above 1
+for a hot one.  ``--prior-precision`` fixes every layer's prior precision
+instead of the Gamma(1, 1) hyper-prior.
+
     python benchmarks/bench_mlp_stepsize.py --jobs 2 \
         --out benchmarks/results/mlp_mnist_stepsize.jsonl
 """
@@ -39,7 +46,8 @@ from concurrent.futures import ProcessPoolExecutor
 import numpy as np
 from threadpoolctl import threadpool_limits
 
-from bayesian_subsample.likelihood._model_target import HierarchicalPosterior, Hyperparameters
+from bayesian_subsample.diagnostics import configurational_temperature
+from bayesian_subsample.likelihood._model_target import HierarchicalPosterior
 from bayesian_subsample.models._mlp import MLP, MLPModel
 from bayesian_subsample.samplers._sg_model import ModelSG, _kept_iterations, run_model_chain
 
@@ -88,43 +96,23 @@ def largest_eigenvalue(net, X, y, theta, precisions, groups, n_iter=30, h=1e-3, 
     return lam, v
 
 
-def configurational_temperature(net, X, y, states, groups, n_probes=8, seed=0):
+def layer_temperature(net, X, y, states, groups, n_probes=8, seed=0):
     """Per-layer configurational temperature of ``states`` (weights, precisions).
 
-    For any density ``exp(-U)`` (here the weights' conditional given the
-    precisions, which the Gibbs step keeps fixed between passes),
-    integration by parts gives ``E[||grad_l U||^2] = E[tr_l Hess U]`` for
-    every block ``l`` of coordinates.  A chain sampling ``exp(-U / T)``
-    instead gives ``E||grad_l U||^2 = T E[tr_l Hess U]``: the ratio is the
-    temperature at which the chain samples block ``l``, whatever the prior.
-    ``tr_l`` is estimated by Hutchinson's method with Rademacher probes and
-    central finite-difference Hessian-vector products of the full-data
-    gradient (float64).  Returns per layer the ratio, its standard error by
-    the delta method over states x probes, and the ratio of each state.
+    :func:`bayesian_subsample.diagnostics.configurational_temperature` with
+    each state's target the weights' conditional given the precisions the
+    Gibbs step drew with them (full-data gradient, float64 ``X``).
     """
     model = MLPModel(net, X, y)
-    rng = np.random.default_rng(seed)
-    n_layers = int(groups.max()) + 1
-    g2, tr = [], []
-    for theta, prec in states:
+
+    def grad_for(prec):
         pr = prec[groups]
+        return lambda t: model.full_loglik_and_grad(t)[1] - pr * t
 
-        def grad_u(t):
-            return -(model.full_loglik_and_grad(t)[1] - pr * t)
-
-        g = grad_u(theta)
-        g2.append(np.bincount(groups, weights=g * g, minlength=n_layers))
-        for _ in range(n_probes):
-            v = rng.choice([-1.0, 1.0], size=len(theta))
-            h = 1e-3 / np.sqrt(len(theta))
-            hv = (grad_u(theta + h * v) - grad_u(theta - h * v)) / (2 * h)
-            tr.append(np.bincount(groups, weights=v * hv, minlength=n_layers))
-    g2, tr = np.asarray(g2), np.asarray(tr)
-    per_state = g2 / tr.reshape(len(g2), n_probes, n_layers).mean(1)
-    ratio = g2.mean(0) / tr.mean(0)
-    se = ratio * np.sqrt(g2.var(0, ddof=1) / len(g2) / g2.mean(0) ** 2
-                         + tr.var(0, ddof=1) / len(tr) / tr.mean(0) ** 2)
-    return ratio, se, per_state
+    res = configurational_temperature([grad_for(p) for _, p in states],
+                                      np.array([t for t, _ in states]), groups,
+                                      n_probes=n_probes, random_state=seed)
+    return res.temperature, res.standard_error, res.per_state
 
 
 def make_start(args):
@@ -193,7 +181,7 @@ def run_one(args, method, eta, factor):
                               0, args.passes, trace=trace)
         if states:
             groups = net.layer_of_each_weight()
-            t, se, per_state = configurational_temperature(net, xtr.astype(np.float64), ytr, states, groups)
+            t, se, per_state = layer_temperature(net, xtr.astype(np.float64), ytr, states, groups)
     h = eta * lam
     infl = sgld_inflation(h) if method == "sgld" else sghmc_inflation(h, args.momentum_decay)
     s = np.asarray(single)

@@ -12,6 +12,10 @@ Signed (sign-weighted) estimators
     :func:`weighted_mean`, :func:`weighted_sd`, :func:`weighted_quantile`.
 Summary
     :func:`summarize` returning a :class:`SummaryTable`.
+Sampler fidelity
+    :func:`configurational_temperature`: is a chain at its target's
+    temperature (1) or hotter, block by block (for stochastic-gradient
+    samplers, whose minibatch noise heats the stiff directions).
 
 The convergence diagnostics reproduce ArviZ 0.x (``az.rhat(method="rank")``,
 ``az.ess(method="bulk" | "tail" | "mean")``, ``az.mcse(method="mean" |
@@ -44,6 +48,7 @@ from ._convergence import (
     split_rhat,
 )
 from ._summary import SummaryTable, summarize
+from ._temperature import ConfigurationalTemperature, configurational_temperature
 from ._weighted import weighted_mean, weighted_quantile, weighted_sd
 
 __all__ = [
@@ -60,4 +65,6 @@ __all__ = [
     "weighted_quantile",
     "summarize",
     "SummaryTable",
+    "configurational_temperature",
+    "ConfigurationalTemperature",
 ]
