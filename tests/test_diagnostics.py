@@ -84,7 +84,8 @@ def test_public_api():
     expected = {
         "split_rhat", "ess_bulk", "ess_tail", "ess_mean", "mcse_mean", "mcse_sd",
         "inefficiency_factor", "computational_time", "weighted_mean", "weighted_sd",
-        "weighted_quantile", "summarize", "SummaryTable",
+        "weighted_quantile", "summarize", "SummaryTable", "configurational_temperature",
+        "ConfigurationalTemperature",
     }
     assert set(diag.__all__) == expected
     for name in diag.__all__:

@@ -36,13 +36,20 @@ __all__ = ["configurational_temperature", "ConfigurationalTemperature"]
 
 
 class ConfigurationalTemperature(NamedTuple):
-    """Result of :func:`configurational_temperature` (arrays over the blocks)."""
+    """Result of :func:`configurational_temperature` (arrays over the blocks).
 
-    #: ``T_l``, shape (n_blocks,).
+    Parameters
+    ----------
+    temperature : ndarray (n_blocks,)
+        ``T_l``: 1 for a chain that samples its target, above 1 for a hot one.
+    standard_error : ndarray (n_blocks,)
+        Its delta-method standard error.
+    per_state : ndarray (n_states, n_blocks)
+        ``||grad_l U||^2 / (mean over probes of tr_l)`` of each state.
+    """
+
     temperature: np.ndarray
-    #: Its standard error, shape (n_blocks,).
     standard_error: np.ndarray
-    #: ``||grad_l U||^2 / mean-over-probes tr_l`` of each state, shape (n_states, n_blocks).
     per_state: np.ndarray
 
 
