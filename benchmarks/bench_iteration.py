@@ -6,11 +6,11 @@ leapfrog steps must at least do this (logistic regression, order-2 Taylor
 control variates, one linear predictor per row):
 
 * the block update of ``u`` (§3.3): one block number and ``m / G`` row
-  indices, drawn (with their rows of ``X`` and ``y``) for ``prefetch``
-  proposals at a time as the estimator's proposal pool does, copied into the
-  cached ``m x d`` subsample matrix, and their Taylor coefficients at theta*
-  (``eta*``, and the value, slope and half curvature of the log-likelihood in
-  ``eta``);
+  indices, drawn (with their rows of ``X`` and ``y`` and their Taylor
+  coefficients at theta*: ``eta*``, and the value, slope and half curvature
+  of the log-likelihood in ``eta``) for ``prefetch`` proposals at a time as
+  the estimator's proposal pool does, and copied into the cached ``m x d``
+  subsample matrix and coefficient vectors;
 * ``L + 1`` estimates of the log posterior and its gradient (one for the
   subsample update, one per leapfrog step), each: the forward product
   ``eta = Z theta``, the logistic log-likelihood and its ``eta``-derivative
@@ -80,6 +80,11 @@ class Floor:
         self.idx = rng.integers(0, self.n, size=(k, self.b))
         self.pool_X = self.X[self.idx.ravel()]
         self.pool_y = self.y[self.idx.ravel()]
+        # Taylor coefficients of all pooled rows at once, as the estimator's pool does.
+        es = self.pool_X @ self.ts[1:]
+        es += self.ts[0]
+        self.pool_es = es
+        self.pool_a, self.pool_b, self.pool_hc = self._coefficients(self.pool_y, es)
         self.next = 0
 
     @staticmethod
@@ -113,7 +118,7 @@ class Floor:
         np.subtract(ell, d, out=d)                      # d_i = ell_i - q_i
         np.add(slope, hcd, out=slope)
         np.subtract(d1, slope, out=d1)                  # g_i = d d_i / d eta_i
-        total = d.sum()
+        total = np.add.reduce(d)                        # d.sum() without its Python wrapper
         np.subtract(d, total / self.m, out=d)
         s2 = (self.n / self.m) ** 2 * (d @ d)
         np.multiply(d, -(self.n / self.m) ** 2, out=d)
@@ -137,12 +142,13 @@ class Floor:
         k, self.next = self.next, self.next + 1
         g = self.blocks[k]
         lo, hi = g * self.b, (g + 1) * self.b
-        self.Z[lo:hi, 1:] = self.pool_X[k * self.b:(k + 1) * self.b]
-        yb = self.pool_y[k * self.b:(k + 1) * self.b]
-        self.yu[lo:hi] = yb
-        es = self.Z[lo:hi] @ self.ts
-        self.es[lo:hi] = es
-        self.a[lo:hi], self.bb[lo:hi], self.hc[lo:hi] = self._coefficients(yb, es)
+        rows = slice(k * self.b, (k + 1) * self.b)
+        self.Z[lo:hi, 1:] = self.pool_X[rows]
+        self.yu[lo:hi] = self.pool_y[rows]
+        self.es[lo:hi] = self.pool_es[rows]
+        self.a[lo:hi] = self.pool_a[rows]
+        self.bb[lo:hi] = self.pool_b[rows]
+        self.hc[lo:hi] = self.pool_hc[rows]
         lp, grad = self.estimate(theta)
         rng.random()
         p = rng.standard_normal(len(theta)) / np.sqrt(minv)

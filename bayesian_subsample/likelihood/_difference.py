@@ -85,26 +85,37 @@ class ProposalPool:
 
     ``blocks[k]`` is the block the ``k``-th proposal redraws and ``indices[k]``
     its ``m / G`` new row indices; ``Z``, ``y``, ``w`` hold their design rows,
-    targets and weights, proposal after proposal; ``next`` is the first unused
+    targets and weights, proposal after proposal, and ``eta_star``, ``a``,
+    ``b``, ``half_c`` their Taylor coefficients around the theta* of
+    ``expansion`` (computed for all of them in one vectorised call when the
+    pool is filled, instead of one small call per proposal; recomputed if a
+    subsample moves to another theta*); ``next`` is the first unused
     proposal.  :meth:`DifferenceEstimator.propose_subsample` advances it in
     place and refills it when it is used up.
     """
 
-    __slots__ = ("blocks", "indices", "Z", "y", "w", "next")
+    __slots__ = ("blocks", "indices", "Z", "y", "w", "eta_star", "a", "b", "half_c",
+                 "expansion", "next", "size")
 
     def __init__(self):
-        self.blocks = self.indices = self.Z = self.y = self.w = None
-        self.next = 0
+        for k in self.__slots__:
+            setattr(self, k, None)
+        self.next = self.size = 0
 
     def __len__(self):
-        return 0 if self.blocks is None else len(self.blocks)
+        return self.size
 
     def __getstate__(self):
         return {k: getattr(self, k) for k in self.__slots__}
 
     def __setstate__(self, state):
+        for k in self.__slots__:
+            setattr(self, k, None)
+        self.next = 0
         for k, v in state.items():
             setattr(self, k, v)
+        if state.get("size") is None:  # a pool pickled before ``size`` existed
+            self.size = 0 if self.blocks is None else len(self.blocks)
 
 
 def block_layout(subsample_size, n_blocks):
@@ -263,22 +274,46 @@ class DifferenceEstimator:
         pool.indices = rng.integers(0, self.model.n_obs, size=(k, self.block_size))
         Xr, pool.y, pool.w = self.model.rows(pool.indices.ravel())
         pool.Z = self.model.design(Xr)
+        self._pool_coefficients(pool)
         pool.next = 0
+        pool.size = k
+
+    def _pool_coefficients(self, pool):
+        """Taylor coefficients at this theta* of every row in ``pool``.
+
+        ``eta*`` is one stacked product, block by block (the values of
+        ``Z_block @ theta*`` for each proposal, bit for bit: one product over
+        all rows rounds some rows differently); the coefficients are
+        element-wise, so one call covers every proposal.
+        """
+        ex = self.expansion
+        Z = pool.Z
+        k = len(pool.blocks)
+        eta_star = self.design_eta(Z.reshape(k, self.block_size, Z.shape[1]), ex.theta_star)
+        eta_star = eta_star.reshape(Z.shape[0], *eta_star.shape[2:])
+        a, b, c = self.model.eta_terms(pool.y, pool.w, eta_star, 2)
+        pool.eta_star, pool.a = eta_star, a
+        pool.b = b if ex.order >= 1 else np.zeros_like(b)
+        pool.half_c = 0.5 * c if ex.order >= 2 else np.zeros_like(c)
+        pool.expansion = ex
 
     def _draw_block(self, rng, sub):
         """The next proposal of ``sub``'s pool (refilled from ``rng`` when used up):
-        ``(lo, hi, indices, Z, y, w)`` of the block it redraws."""
+        ``(pool, k, lo, hi, rows)``: the pool, the proposal's number in it, the
+        block ``lo:hi`` of the subsample it redraws and its ``rows`` in the
+        pool's row arrays."""
         pool = sub.pool
         if pool is None:
             pool = ProposalPool()
-        if pool.next >= len(pool):
+        if pool.next >= pool.size:
             self._refill(rng, pool)
+        elif pool.expansion is not self.expansion:
+            self._pool_coefficients(pool)
         k = pool.next
         pool.next = k + 1
-        g = int(pool.blocks[k])
-        rows = slice(k * self.block_size, (k + 1) * self.block_size)
-        return (g * self.block_size, (g + 1) * self.block_size, pool.indices[k], pool.Z[rows],
-                pool.y[rows], None if pool.w is None else pool.w[rows])
+        b = self.block_size
+        lo = int(pool.blocks[k]) * b
+        return pool, k, lo, lo + b, slice(k * b, (k + 1) * b)
 
     def propose_subsample(self, rng, sub):
         """Redraw one of the ``G`` blocks uniformly at random (rho ~ 1 - 1/G).
@@ -290,15 +325,17 @@ class DifferenceEstimator:
         uses :meth:`propose_in_place`, which makes the same proposal without
         the copies).
         """
-        lo, hi, new_idx, Zr, yr, wr = self._draw_block(rng, sub)
-        fresh = self._with_coefficients(new_idx, Zr, yr, wr)
+        pool, k, lo, hi, rows = self._draw_block(rng, sub)
+        new = (pool.indices[k], pool.Z[rows], pool.y[rows],
+               None if pool.w is None else pool.w[rows], pool.eta_star[rows], pool.a[rows],
+               pool.b[rows], pool.half_c[rows])
         fields = []
-        for old, new in zip(sub[:-1], fresh[:-1]):
+        for old, fresh in zip(sub[:-1], new):
             if old is None:
                 fields.append(None)
                 continue
             arr = old.copy()
-            arr[lo:hi] = new
+            arr[lo:hi] = fresh
             fields.append(arr)
         return Subsample(*fields, sub.pool)
 
@@ -307,38 +344,29 @@ class DifferenceEstimator:
 
         Takes the same block and indices from the pool (refilled from ``rng``
         when used up), copies the ``m / G`` new rows into their block of the
-        cached design and computes their Taylor coefficients there; nothing
-        else is copied.  The pool advances whether or not the proposal is
+        cached design with their Taylor coefficients (computed when the pool
+        was filled); nothing else is copied.  The pool advances whether or not the proposal is
         undone.  Returns
         ``(sub, undo)``: ``sub`` now holds the proposal, and
         :meth:`undo_proposal` with ``undo`` (the replaced block, ``m / G`` rows
         of each field) restores the current subsample if the proposal is
         rejected.  Any other reference to ``sub`` sees the proposal.
         """
-        lo, hi, new_idx, Zr, yr, wr = self._draw_block(rng, sub)
+        pool, k, lo, hi, rows = self._draw_block(rng, sub)
         indices, Z, y, w, eta_star, a, b, half_c = sub[:-1]
         # The replaced block of every field (written out: no generator per proposal).
         undo = (lo, hi, (indices[lo:hi].copy(), Z[lo:hi].copy(), y[lo:hi].copy(),
                          None if w is None else w[lo:hi].copy(), eta_star[lo:hi].copy(),
                          a[lo:hi].copy(), b[lo:hi].copy(), half_c[lo:hi].copy()))
-        Zb = Z[lo:hi]
-        Zb[...] = Zr
-        indices[lo:hi] = new_idx
-        y[lo:hi] = yr
+        indices[lo:hi] = pool.indices[k]
+        Z[lo:hi] = pool.Z[rows]
+        y[lo:hi] = pool.y[rows]
         if w is not None:
-            w[lo:hi] = wr
-        ex = self.expansion
-        es = eta_star[lo:hi]
-        if self.n_linear_predictors == 1:
-            np.matmul(Zb, ex.theta_star, out=es)  # design_eta, written in place
-        else:
-            es[...] = self.design_eta(Zb, ex.theta_star)
-        ta, tb, tc = self.model.eta_terms(yr, wr, es, 2)
-        a[lo:hi] = ta
-        if ex.order >= 1:
-            b[lo:hi] = tb
-        if ex.order >= 2:
-            np.multiply(tc, 0.5, out=half_c[lo:hi])
+            w[lo:hi] = pool.w[rows]
+        eta_star[lo:hi] = pool.eta_star[rows]
+        a[lo:hi] = pool.a[rows]
+        b[lo:hi] = pool.b[rows]
+        half_c[lo:hi] = pool.half_c[rows]
         return sub, undo
 
     @staticmethod
@@ -397,6 +425,7 @@ class DifferenceEstimator:
     def __getstate__(self):
         state = dict(self.__dict__)
         state["_work"] = {}  # scratch space, per thread; rebuilt on demand
+        state.pop("_last_target", None)
         return state
 
     def _evaluate_into(self, theta, sub, loglik_into):
@@ -485,26 +514,47 @@ class DifferenceEstimator:
         return qsum + self._n_over_m * d.sum(), self._n2_over_m2 * float(np.sum((d - d.mean()) ** 2))
 
     def conditional(self, sub):
-        """The estimated log posterior given ``u`` as a differentiable target."""
-        return ConditionalTarget(self, sub)
+        """The estimated log posterior given ``u`` as a differentiable target.
+
+        The target of the last ``sub`` is reused while the kernel keeps
+        updating that subsample in place (it holds nothing but ``sub``).
+        """
+        last = self.__dict__.get("_last_target")
+        if last is not None and last.subsample is sub:
+            return last
+        target = self._last_target = ConditionalTarget(self, sub)
+        return target
 
 
 class ConditionalTarget:
     """``theta -> log L_hat(theta; u) + log p(theta)`` for a fixed subsample ``u``."""
 
-    __slots__ = ("estimator", "subsample", "n_obs_per_eval")
+    __slots__ = ("estimator", "subsample", "n_obs_per_eval", "_evaluate", "_into")
 
     def __init__(self, estimator, subsample):
         self.estimator = estimator
         self.subsample = subsample
         self.n_obs_per_eval = estimator.n_rows(subsample)
+        # DifferenceEstimator.evaluate's fast path, called without its dispatch.
+        self._into = getattr(estimator, "_loglik_into", None)
+        self._evaluate = (estimator._evaluate_into if self._into is not None
+                          else estimator.evaluate)
+
+    def _estimate(self, theta):
+        if self._into is not None:
+            return self._evaluate(theta, self.subsample, self._into)
+        return self._evaluate(theta, self.subsample)
 
     def logdensity_and_grad(self, theta):
-        est = self.estimator.evaluate(theta, self.subsample)
+        est = self._estimate(theta)
         return est.logdensity, est.grad
 
     def logdensity_grad_and_aux(self, theta):
         """As :meth:`logdensity_and_grad`, plus the whole estimate (``loglik_var``,
         ``sign``), which the leapfrog integrator hands back to the kernel."""
-        est = self.estimator.evaluate(theta, self.subsample)
+        into = self._into
+        if into is not None:
+            est = self._evaluate(theta, self.subsample, into)
+        else:
+            est = self._evaluate(theta, self.subsample)
         return est.logdensity, est.grad, est
