@@ -99,3 +99,51 @@ def test_sgld_chain_runs_at_the_predicted_temperature(eta):
         # diagnostic tells it from 1 (the negative control of "T = 1").
         assert predicted > 1.8
         assert t.temperature[0] - 1 > 4 * t.standard_error[0]
+
+
+def _fit_regressor(batch_size, learning_rate):
+    import warnings
+
+    from bayesian_subsample import BayesianMLPRegressor
+
+    rng = np.random.default_rng(11)
+    X = rng.normal(size=(N, 2))
+    y = X @ np.array([1.0, -0.5]) + 0.3 + rng.normal(size=N)
+    est = BayesianMLPRegressor(hidden_layer_sizes=(), activation="identity", sampler="sgld",
+                               batch_size=batch_size, learning_rate=learning_rate,
+                               n_warmup=20, n_draws=200, n_networks_kept=200, random_state=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        est.fit(X, y)
+    return est, X, y
+
+
+def test_estimator_temperature_tells_a_hot_chain_from_a_faithful_one():
+    # Full batches and a small step: no gradient noise, T = 1.  Minibatches of
+    # 50 and a 5x larger step: the minibatch noise heats every layer.
+    cool, X, y = _fit_regressor(N, 2e-5)
+    t = cool.configurational_temperature(X, y, n_probes=2, random_state=0)
+    assert np.all(np.abs(t.temperature - 1) < 4 * t.standard_error), t
+    hot, X, y = _fit_regressor(M, 1e-4)
+    t = hot.configurational_temperature(X, y, n_probes=2, random_state=0)
+    assert np.all(t.temperature - 1 > 4 * t.standard_error), t
+    assert np.all(t.temperature > 1.5), t
+
+
+@pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
+def test_estimator_temperature_bad_input():
+    from bayesian_subsample import BayesianMLPClassifier
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(60, 2))
+    y = np.where(X[:, 0] > 0, "a", "b")
+    sgd = BayesianMLPClassifier(hidden_layer_sizes=(3,), sampler="sgd", n_warmup=2, n_draws=2,
+                                random_state=0).fit(X, y)
+    with pytest.raises(ValueError, match="point estimate"):
+        sgd.configurational_temperature(X, y)
+    clf = BayesianMLPClassifier(hidden_layer_sizes=(3,), sampler="sgld", n_warmup=2, n_draws=4,
+                                n_networks_kept=4, random_state=0).fit(X, y)
+    with pytest.raises(ValueError, match="not seen in fit"):
+        clf.configurational_temperature(X, np.where(y == "a", "c", y))
+    t = clf.configurational_temperature(X, y, n_probes=1, random_state=0)
+    assert t.temperature.shape == (2,) and t.per_state.shape == (8, 2)

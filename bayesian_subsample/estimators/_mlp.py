@@ -40,7 +40,7 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from ..diagnostics import split_rhat
+from ..diagnostics import configurational_temperature, split_rhat
 from ..likelihood._model_target import HierarchicalPosterior
 from ..models._mlp import ACTIVATIONS, MLP, MLPModel
 from ..samplers._sbps_model import SBPS_METHODS
@@ -207,6 +207,61 @@ class _BayesianMLP(SampledModelMixin, BaseEstimator):
             out = block if out is None else np.concatenate([out, block])
         return out
 
+    def configurational_temperature(self, X, y, n_probes=4, random_state=None):
+        """Per-layer configurational temperature of the kept networks: are the chains hot?
+
+        For each kept network ``theta_s`` with the precisions the Gibbs step
+        drew with it, ``U_s`` is the negative log posterior of the weights
+        given those precisions on the training data ``(X, y)`` (full data,
+        float64).  The ratio ``E ||grad_l U||^2 / E tr_l(Hess U)`` over the
+        networks is 1 for chains that sample the posterior and above 1 where
+        they are hotter (:func:`bayesian_subsample.diagnostics.configurational_temperature`).
+        Stochastic-gradient chains with a large ``learning_rate`` and a small
+        ``batch_size`` run hot along the stiff, data-determined directions,
+        where the minibatch noise exceeds the injected noise
+        (``doc/neural_networks.rst``, "Calibration on MNIST"); a lower
+        ``learning_rate`` or a larger ``batch_size`` brings ``T`` towards 1.
+
+        Parameters
+        ----------
+        X, y : the training data ``fit`` was given.
+        n_probes : int, default=4
+            Hutchinson probes per network; each costs two full-data gradients.
+        random_state : None, int or numpy.random.Generator
+
+        Returns
+        -------
+        ConfigurationalTemperature
+            ``temperature`` and ``standard_error`` per layer (input layer
+            first), ``per_state`` per kept network.  The networks of one
+            chain are correlated; the standard error treats them as
+            independent.
+        """
+        check_is_fitted(self, "network_draws_")
+        if self.sampler in ("sgd", "sgd_momentum"):
+            raise ValueError(f"sampler={self.sampler!r} keeps one point estimate, not draws; "
+                             "the configurational temperature needs posterior draws.")
+        X = validate_data(self, X, reset=False, dtype=[np.float64, np.float32])
+        model = MLPModel(self.network_, np.asarray(X, dtype=np.float64),
+                         self._model_targets(y, len(X)))
+        groups = self.network_.layer_of_each_weight()
+        prec = self.sample_stats_["prior_precision"]
+        grads, thetas = [], []
+        for c, info in enumerate(self.sampler_info_):
+            kept = np.asarray(info["kept_iterations"])
+            for k, it in enumerate(kept):
+                if not self.network_valid_[c, k]:
+                    continue
+                tau = (1.0 if self.noise_precision_draws_ is None
+                       else float(self.noise_precision_draws_[c, k]))
+                thetas.append(self.network_draws_[c, k])
+                grads.append(_posterior_gradient(model, prec[c, it][groups], tau))
+        if len(thetas) < 2:
+            raise ValueError("configurational_temperature needs at least 2 kept networks; "
+                             "fit with n_networks_kept >= 2.")
+        return configurational_temperature(grads, np.array(thetas), groups, n_probes=n_probes,
+                                           random_state=random_state)
+
     def _sample_columns(self, X, n_samples, random_state, draw_block):
         """Posterior-predictive draws, one stored network per column.
 
@@ -250,6 +305,11 @@ def _uniform(rng, shape):
 def _normal(rng, shape):
     return (rng.standard_normal(shape) if isinstance(rng, np.random.Generator)
             else rng.standard_normal(shape))
+
+
+def _posterior_gradient(model, precision, tau):
+    """``theta -> grad log p(theta | lambda, tau, data)`` on the full data."""
+    return lambda theta: model.full_loglik_and_grad(theta, tau)[1] - precision * theta
 
 
 def _softmax(z):
@@ -384,6 +444,16 @@ class BayesianMLPClassifier(ClassifierMixin, _BayesianMLP):
             return np.column_stack([1 - p1, p1])
         return self._outputs_mean(X, _softmax)
 
+    def _model_targets(self, y, n_rows):
+        y = np.asarray(y)
+        if y.shape != (n_rows,):
+            raise ValueError(f"y must have shape ({n_rows},), got {y.shape}.")
+        codes = np.searchsorted(self.classes_, y)
+        if np.any(codes >= len(self.classes_)) or np.any(self.classes_[
+                np.minimum(codes, len(self.classes_) - 1)] != y):
+            raise ValueError("y contains labels not seen in fit; pass the training labels.")
+        return codes
+
     def predict_log_proba(self, X):
         return np.log(self.predict_proba(X))
 
@@ -469,6 +539,13 @@ class BayesianMLPRegressor(RegressorMixin, _BayesianMLP):
         self.y_scale_ = np.where(scale > 0, scale, 1.0)
         ys = (y2 - self.y_mean_) / self.y_scale_
         return self._fit(X, ys, ys.shape[1], "gaussian")
+
+    def _model_targets(self, y, n_rows):
+        y2 = np.asarray(y, dtype=np.float64).reshape(n_rows, -1)
+        if y2.shape[1] != len(self.y_mean_):
+            raise ValueError(f"y must have {len(self.y_mean_)} output(s) as in fit, got "
+                             f"{y2.shape[1]}.")
+        return (y2 - self.y_mean_) / self.y_scale_
 
     def predict(self, X, return_std=False):
         """Posterior predictive mean (and sd, including the noise) of ``y``."""
