@@ -19,6 +19,11 @@ float64 copy (in memory only), whose passes keep the float64 route.
 
     python benchmarks/bench_passes.py --n 10000000
     python benchmarks/bench_passes.py --n 100000000 --memmap     # 11.6 GB under /tmp
+
+``--keep-data`` keeps the memmap and reuses one left by an earlier run of
+this script or of ``bench_scale.py --keep-data`` (same file name), and
+``PYTHONPATH=/other/checkout`` times another version of the package on the
+same file (``package`` in the JSON line says which one ran).
 """
 
 import argparse
@@ -48,9 +53,10 @@ def main(argv=None):
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--tmpdir", default="/tmp")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--keep-data", action="store_true")
     args = parser.parse_args(argv)
-    path = os.path.join(args.tmpdir, f"bench_passes_X_{args.n}.npy") if args.memmap else None
-    X, y, coef = make_data(args.n, args.seed, path)
+    path = os.path.join(args.tmpdir, f"bench_scale_X_{args.n}.npy") if args.memmap else None
+    X, y, coef = make_data(args.n, args.seed, path, reuse=args.keep_data)
     try:
         if args.float64:
             X = X.astype(np.float64)
@@ -73,7 +79,10 @@ def main(argv=None):
                     fn()
                     times[key].append(time.perf_counter() - start)
         med = {k: float(np.median(v)) for k, v in times.items()}
+        import bayesian_subsample
+
         row = {"n": args.n, "memmap": bool(args.memmap), "dtype": str(X.dtype),
+               "package": os.path.dirname(os.path.dirname(bayesian_subsample.__file__)),
                "n_jobs": args.n_jobs, "repeats": args.repeats,
                "load_avg_1min": round(os.getloadavg()[0], 2)}
         row.update({f"{k}_s": round(v, 3) for k, v in med.items()})
@@ -82,8 +91,10 @@ def main(argv=None):
         print(json.dumps(row), flush=True)
     finally:
         del X
-        if path is not None and os.path.exists(path):
-            os.remove(path)
+        if path is not None and not args.keep_data:
+            for name in (path, path + ".y.npy"):
+                if os.path.exists(name):
+                    os.remove(name)
 
 
 if __name__ == "__main__":
