@@ -392,9 +392,11 @@ class GLM:
         (:meth:`sums` with ``rows=``): as :meth:`rows`, except that a float32
         ``X`` stays float32 (the subset mode search then runs the float32
         pass code on it, half the memory of a float64 copy)."""
-        if (type(self).rows is GLM.rows and isinstance(self.X, np.ndarray)
-                and self.X.dtype == np.float32):
-            Xr = self.X[idx]
+        if type(self).rows is GLM.rows and getattr(self.X, "dtype", None) == np.float32:
+            # (A lazy row source gathers float32 rows too: the same sums.)
+            Xr = np.ascontiguousarray(self.X[idx])
+            if Xr.dtype != np.float32:
+                Xr = Xr.astype(np.float64)
             if self.deferred_scan is not None:
                 self.deferred_scan(_max_abs(Xr))
             wr = None if self.sample_weight is None else self.sample_weight[idx]
