@@ -58,7 +58,11 @@ setup(
             "distributed",
             # tests/test_typecheck.py holds the samplers to their protocols.
             "mypy>=1.8",
+            # The compiled Gibbs kernel (tests/test_mrf.py checks it against numpy).
+            "numba>=0.60",
         ],
+        # The compiled Gibbs scan (GibbsSampler(backend="numba")).
+        "fast": ["numba>=0.60"],
         "doc": [
             "sphinx>=7",
             "numpydoc>=1.6",

@@ -954,3 +954,123 @@ def test_look_stops_is_the_delta_rule():
             np.testing.assert_array_equal(stop, look_delta(S1, S2, n, N, mu0) < eps)
             np.testing.assert_allclose(gap, S1 / n - mu0)
         assert not look_stops(S1, S2, n, N, mu0, 0.0)[0].any()
+
+
+# --- the compiled kernel (backend="numba") ---------------------------------------------
+
+def _numba():
+    return pytest.importorskip("numba")
+
+
+def _same_scans(mrf, params, K, scans, seed):
+    """Run the numpy and the compiled lockstep kernels from the same generator state."""
+    X0 = np.random.default_rng(seed).integers(0, 2, (K, mrf.n_variables)).astype(np.int8)
+    rngs = [np.random.default_rng(seed + 1), np.random.default_rng(seed + 1)]
+    X = [X0.copy(), X0.copy()]
+    for _ in range(scans):
+        out = [gibbs.step_chains(rngs[0], X[0], mrf, params),
+               gibbs.step_chains(rngs[1], X[1], mrf, params._replace(backend="numba"))]
+        X = [out[0][0], out[1][0]]
+        (a, ia), (b, ib) = out
+        np.testing.assert_array_equal(a, b)
+        for field in ("n_terms_evaluated", "n_batches", "n_stopped_early", "n_changed",
+                      "batches_per_update", "terms_per_update", "data_fraction"):
+            np.testing.assert_array_equal(getattr(ia, field), getattr(ib, field), err_msg=field)
+    # Both generators consumed the same numbers.
+    assert rngs[0].random() == rngs[1].random()
+    return ia
+
+
+@pytest.mark.parametrize("K", [1, 3, 8])
+@pytest.mark.parametrize("params", [
+    gibbs.GibbsParams("exact"),
+    gibbs.GibbsParams("approximate", epsilon=0.0, batch_size=4),
+    gibbs.GibbsParams("approximate", epsilon=0.2, batch_size=4, block_size=1),
+    gibbs.GibbsParams("approximate", epsilon=0.05, batch_size=6, block_size=1),
+    gibbs.GibbsParams("approximate", epsilon=0.2, batch_size=8, block_size=3),
+], ids=["exact", "eps0", "eps0.2", "eps0.05", "eps0.2-b3"])
+def test_compiled_scan_makes_the_numpy_decisions(params, K):
+    """Same states, terms, looks and early stops as the numpy lockstep kernel, scan by
+    scan, on the D = 10 model with fields (b = 1 and b = 3) and the arity-4 model."""
+    _numba()
+    info = _same_scans(_small_model(), params, K, scans=6, seed=21)
+    if params.method == "approximate" and params.epsilon > 0:
+        assert info.n_stopped_early.sum() > 0  # the test's early stops were exercised
+    _same_scans(_models()["arity4"], params, K, scans=4, seed=22)
+
+
+@pytest.mark.parametrize("params", [
+    gibbs.GibbsParams("exact"),
+    gibbs.GibbsParams("approximate", epsilon=0.01),
+    gibbs.GibbsParams("approximate", epsilon=0.05, block_size=1),
+    gibbs.GibbsParams("approximate", epsilon=0.25),
+], ids=["exact", "eps0.01-b15", "eps0.05-b1", "eps0.25-b15"])
+def test_compiled_scan_makes_the_numpy_decisions_on_the_6_3_model(params):
+    """§6.3 (D = 100, 4,851 terms per conditional), 24 chains in lockstep, so that the
+    numpy kernel's multi-look evaluations (few chains left testing) are exercised."""
+    _numba()
+    mrf = BinaryMRF.random_triplet(100, random_state=0)
+    info = _same_scans(mrf, params, 24, scans=2, seed=23)
+    if params.method == "approximate":
+        assert 0 < info.terms_per_update.mean() < 4851
+
+
+def test_compiled_scan_with_many_chains_sums_in_the_numpy_chunks():
+    """300 chains: numpy sums a look of 500 single terms in two chunks (gibbs._term_sums);
+    the compiled kernel follows, so the decisions agree."""
+    _numba()
+    mrf = BinaryMRF.random_triplet(40, random_state=2)
+    _same_scans(mrf, gibbs.GibbsParams("approximate", epsilon=0.05, batch_size=300,
+                                       block_size=1), 300, scans=1, seed=24)
+
+
+@pytest.mark.parametrize("method,epsilon", [("exact", 0.01), ("approximate", 0.2)])
+@pytest.mark.parametrize("chains_per_task", [1, 3])
+def test_sampler_backends_give_the_same_draws(method, epsilon, chains_per_task):
+    _numba()
+    mrf = _small_model()
+    kw = dict(method=method, epsilon=epsilon, batch_size=6, n_chains=3, n_warmup=5,
+              n_draws=30, chains_per_task=chains_per_task, random_state=4)
+    a = GibbsSampler(**kw).sample(mrf)
+    b = GibbsSampler(backend="numba", **kw).sample(mrf)
+    np.testing.assert_array_equal(a.draws, b.draws)
+    for k in a.sample_stats:
+        np.testing.assert_array_equal(a.sample_stats[k], b.sample_stats[k])
+    np.testing.assert_array_equal(a.batch_histogram, b.batch_histogram)
+
+
+def test_compiled_exact_gibbs_matches_enumeration_and_control_fails(monkeypatch):
+    """Statistically as well: exact marginals and pairwise joints within 4 MCSE; the
+    wrong-threshold control (log u for log(u / (1 - u))) fails the same check."""
+    _numba()
+    mrf = _small_model()
+    marg, joint = _exact_moments(mrf)
+    res = GibbsSampler(backend="numba", n_chains=4, n_warmup=50, n_draws=4000,
+                       chains_per_task=4, random_state=3).sample(mrf)
+    z, rhat, ess = _moment_z_scores(res.draws, marg, joint)
+    assert rhat < 1.01 and ess > 400
+    assert z.max() < 4, z.max()
+    from bayesian_subsample.samplers import _gibbs_compiled
+
+    monkeypatch.setattr(_gibbs_compiled, "_logit", lambda u: np.log(u))
+    res = GibbsSampler(backend="numba", n_chains=4, n_warmup=50, n_draws=1000,
+                       chains_per_task=4, random_state=3).sample(mrf)
+    z, _, _ = _moment_z_scores(res.draws, marg, joint)
+    assert np.nanmax(z) > 4
+
+
+def test_backend_errors(monkeypatch):
+    mrf = BinaryMRF.random_triplet(6, random_state=0)
+    with pytest.raises(ValueError, match="backend must be one of"):
+        GibbsSampler(backend="cuda").sample(mrf)
+    from bayesian_subsample.samplers import _gibbs_compiled
+
+    if _gibbs_compiled.numba_available():
+        with pytest.raises(ValueError, match="systematic scan only"):
+            GibbsSampler(backend="numba", scan="random").sample(mrf)
+    monkeypatch.setattr(_gibbs_compiled, "numba_available", lambda: False)
+    with pytest.raises(ImportError, match="needs numba"):
+        GibbsSampler(backend="numba").sample(mrf)
+    assert gibbs.resolve_backend("auto") == "numpy"
+    res = GibbsSampler(backend="auto", n_chains=1, n_draws=3, n_warmup=0).sample(mrf)
+    assert res.draws.shape == (1, 3, 6)

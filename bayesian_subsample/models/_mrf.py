@@ -359,6 +359,23 @@ class BinaryMRF:
             code |= XT.take(cols[q][rows], axis=0)
         return self._diff.take((rows * self._n_codes)[:, None] + code)
 
+    def term_arrays(self):
+        """The flat per-variable term lists, for a compiled kernel.
+
+        Returns
+        -------
+        (indptr, nbr, diff, n_codes)
+            Variable ``i``'s terms are rows ``indptr[i] <= row < indptr[i + 1]``;
+            ``nbr[q, row]`` is the ``q``-th other variable of the term (shape
+            ``(arity - 1, rows)``) and ``diff[row * n_codes + c]`` its log-odds
+            ``l_t`` at state code ``c`` (the others' values as bits, first
+            neighbour most significant), as read by :meth:`term_log_odds`.
+        """
+        rows = len(self._diff) // self._n_codes
+        nbr = (np.stack(self._nbr_cols) if self._nbr_cols
+               else np.zeros((0, rows), dtype=self.variables.dtype))
+        return self._indptr, nbr, self._diff, self._n_codes
+
     def term_blocks(self, block_size):
         """Each variable's terms in a fixed random order, cut into blocks of ``block_size``.
 

@@ -55,6 +55,7 @@ from typing import TYPE_CHECKING, NamedTuple
 import numpy as np
 
 from ._driver import ChainDefaults, run
+from ._gibbs_compiled import compiled_step_chains, resolve_backend
 from ._sequential import critical_t, look_standard_error, look_stops, sequential_mean_test
 
 if TYPE_CHECKING:
@@ -63,7 +64,7 @@ if TYPE_CHECKING:
 
 __all__ = ["GibbsState", "GibbsParams", "GibbsInfo", "GibbsChainResult", "init", "step",
            "run_chain", "decide", "METHODS", "SCANS", "GibbsChainsInfo", "decide_chains",
-           "step_chains", "run_chains", "block_size_for"]
+           "step_chains", "run_chains", "block_size_for", "resolve_backend"]
 
 METHODS = ("exact", "approximate")
 SCANS = ("systematic", "random")
@@ -91,6 +92,10 @@ class GibbsParams(NamedTuple):
     #: terms, ``b > 1`` whole blocks of the model's fixed random layout
     #: (cluster sampling, see :func:`block_size_for`); ``"auto"`` picks it.
     block_size: object = "auto"
+    #: ``"numpy"`` (default), ``"numba"`` (the compiled systematic scan of
+    #: :mod:`._gibbs_compiled`, same decisions for the same generator state)
+    #: or ``"auto"`` (numba when installed).
+    backend: str = "numpy"
 
 
 class GibbsInfo(NamedTuple):
@@ -275,6 +280,13 @@ def step(rng: np.random.Generator, state: GibbsState, target: BinaryConditionals
     (GibbsState, GibbsInfo)
     """
     D = target.n_variables
+    if params.backend != "numpy" and resolve_backend(params.backend) == "numba":
+        X, ci = step_chains(rng, state.x[None, :], target, params)
+        info = GibbsInfo(int(ci.n_terms_evaluated[0]), float(ci.terms_per_update[0]),
+                         float(ci.data_fraction[0]), int(ci.n_batches[0]),
+                         int(ci.n_stopped_early[0]), int(ci.n_changed[0]),
+                         ci.batches_per_update[0])
+        return GibbsState(X[0]), info
     if params.scan == "systematic":
         order = np.arange(D)
     else:
@@ -625,6 +637,8 @@ def step_chains(rng: np.random.Generator, X: np.ndarray, target: BinaryCondition
     column (see :meth:`BinaryMRF.term_log_odds_chains`).
     """
     K, D = X.shape
+    if params.backend != "numpy" and resolve_backend(params.backend) == "numba":
+        return _compiled_step_chains(rng, X, target, params)
     order = None if params.scan == "systematic" else rng.integers(0, D, (K, D))
     thresholds = _logit(rng.random((K, D)))
     XT = np.ascontiguousarray(np.asarray(X, dtype=np.int8).T)
@@ -655,6 +669,23 @@ def step_chains(rng: np.random.Generator, X: np.ndarray, target: BinaryCondition
     info = GibbsChainsInfo(n_terms, n_terms / D, n_terms / np.maximum(population, 1),
                            batches.sum(axis=1), n_early, n_changed, batches)
     return np.ascontiguousarray(XT.T), info
+
+
+def _compiled_step_chains(rng, X, target, params):
+    """:func:`step_chains` by the compiled kernel (systematic scan only)."""
+    if params.scan != "systematic":
+        raise ValueError('backend="numba" runs the systematic scan only; use scan="systematic" '
+                         'or backend="numpy".')
+    K, D = X.shape
+    widths = [block_size_for(target, i, params) for i in range(D)]
+    per_look = [int(params.batch_size) if b == 1 else _blocks_per_look(params, b)
+                for b in widths]
+    X_new, n_terms, batches, n_early, n_changed = compiled_step_chains(
+        rng, X, target, params, widths, per_look)
+    population = int(np.sum(target.terms_per_variable))
+    info = GibbsChainsInfo(n_terms, n_terms / D, n_terms / max(population, 1),
+                           batches.sum(axis=1), n_early, n_changed, batches)
+    return X_new, info
 
 
 def run_chains(rng: np.random.Generator, target: BinaryConditionals, params, n_chains,
