@@ -251,10 +251,25 @@ class DifferenceEstimator:
         Xr, yr, wr = self.model.rows(indices)
         return self._with_coefficients(indices, self.model.design(Xr), yr, wr)
 
-    def _with_coefficients(self, indices, Z, yr, wr):
+    def _with_coefficients(self, indices, Z, yr, wr, eta_star=None):
         ex = self.expansion
-        eta_star = self.design_eta(Z, ex.theta_star)
+        if eta_star is None:
+            eta_star = self.design_eta(Z, ex.theta_star)
         a, b, c = self.model.eta_terms(yr, wr, eta_star, 2)
+        if self.n_linear_predictors == 1:
+            # One linear predictor: eta*, a, b and c/2 are the rows of one
+            # (4, rows) array, so a block of all four is one slice
+            # (propose_in_place copies and restores it in one operation).
+            packed = np.empty((4, len(eta_star)))
+            packed[0] = eta_star
+            packed[1] = a
+            packed[2] = b if ex.order >= 1 else 0.0
+            if ex.order >= 2:
+                np.multiply(c, 0.5, out=packed[3])
+            else:
+                packed[3] = 0.0
+            eta_star, a, b, half_c = packed
+            return Subsample(indices, Z, yr, wr, eta_star, a, b, half_c)
         half_c = 0.5 * c if ex.order >= 2 else np.zeros_like(c)
         if ex.order < 1:
             b = np.zeros_like(b)
@@ -291,10 +306,8 @@ class DifferenceEstimator:
         k = len(pool.blocks)
         eta_star = self.design_eta(Z.reshape(k, self.block_size, Z.shape[1]), ex.theta_star)
         eta_star = eta_star.reshape(Z.shape[0], *eta_star.shape[2:])
-        a, b, c = self.model.eta_terms(pool.y, pool.w, eta_star, 2)
-        pool.eta_star, pool.a = eta_star, a
-        pool.b = b if ex.order >= 1 else np.zeros_like(b)
-        pool.half_c = 0.5 * c if ex.order >= 2 else np.zeros_like(c)
+        fresh = self._with_coefficients(None, Z, pool.y, pool.w, eta_star)
+        pool.eta_star, pool.a, pool.b, pool.half_c = fresh[4:8]
         pool.expansion = ex
 
     def _draw_block(self, rng, sub):
@@ -355,14 +368,25 @@ class DifferenceEstimator:
         pool, k, lo, hi, rows = self._draw_block(rng, sub)
         indices, Z, y, w, eta_star, a, b, half_c = sub[:-1]
         # The replaced block of every field (written out: no generator per proposal).
-        undo = (lo, hi, (indices[lo:hi].copy(), Z[lo:hi].copy(), y[lo:hi].copy(),
-                         None if w is None else w[lo:hi].copy(), eta_star[lo:hi].copy(),
-                         a[lo:hi].copy(), b[lo:hi].copy(), half_c[lo:hi].copy()))
+        saved_rows = (indices[lo:hi].copy(), Z[lo:hi].copy(), y[lo:hi].copy(),
+                      None if w is None else w[lo:hi].copy())
         indices[lo:hi] = pool.indices[k]
         Z[lo:hi] = pool.Z[rows]
         y[lo:hi] = pool.y[rows]
         if w is not None:
             w[lo:hi] = pool.w[rows]
+        packed = eta_star.base
+        pooled = pool.eta_star.base
+        if (packed is not None and pooled is not None and a.base is packed
+                and b.base is packed and half_c.base is packed
+                and pool.half_c.base is pooled
+                and packed.shape[0] == 4 and pooled.shape[0] == 4):
+            # Both packed by _with_coefficients: eta*, a, b, c/2 in one slice each.
+            old = packed[:, lo:hi].copy()
+            packed[:, lo:hi] = pooled[:, rows]
+            return sub, (lo, hi, (*saved_rows, *old))
+        undo = (lo, hi, (*saved_rows, eta_star[lo:hi].copy(), a[lo:hi].copy(),
+                         b[lo:hi].copy(), half_c[lo:hi].copy()))
         eta_star[lo:hi] = pool.eta_star[rows]
         a[lo:hi] = pool.a[rows]
         b[lo:hi] = pool.b[rows]
