@@ -317,3 +317,20 @@ def test_minibatch_observation_noise_variance_is_eq_10():
     assert obs.variance_along(u) != pytest.approx((n * n / m) * proj.var(ddof=1), rel=1e-3)
     _, _, along = net.loglik_grad_and_tangent(theta, X[idx], y[idx])
     assert obs.curvature_along(u) == pytest.approx(0.5 * u @ u + (n / m) * along(u)[1])
+
+
+@pytest.mark.parametrize("output,k", [("softmax", 3), ("sigmoid", 1), ("gaussian", 2)])
+@pytest.mark.parametrize("hidden", [(), (5,)])
+def test_gauss_newton_products_are_symmetric_and_give_the_curvature(output, k, hidden):
+    """u^T (G u) is the Gauss-Newton curvature along u and v^T G u = u^T G v;
+    negative control: the product with another vector does not give it."""
+    rng = np.random.default_rng(6)
+    net = MLP(4, hidden, k, "tanh", output)
+    X = rng.normal(size=(9, 4))
+    y = _data(output, 9, rng)
+    theta, u, v = rng.normal(size=(3, net.dim))
+    _, _, along = net.loglik_grad_and_tangent(theta, X, y, 1.7)
+    G = along.gauss_newton_product
+    assert u @ G(u) == pytest.approx(along(u)[1], rel=1e-8)
+    assert v @ G(u) == pytest.approx(u @ G(v), rel=1e-8)
+    assert v @ G(v) != pytest.approx(along(u)[1], rel=1e-3)

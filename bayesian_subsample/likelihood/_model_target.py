@@ -169,6 +169,16 @@ class ModelObservation:
         dev = d - d.mean()
         return float(self._factor * (dev @ dev))
 
+    def gauss_newton_product(self, direction):
+        """``(Lambda + (n/m) sum_{i in S} J_i^T F_i J_i) u``: the minibatch
+        Gauss-Newton matrix of ``-log pi`` times ``u`` (None if the model's
+        tangent closure has no ``gauss_newton_product``)."""
+        product = getattr(self._along, "gauss_newton_product", None)
+        if product is None:
+            return None
+        direction = np.asarray(direction, dtype=np.float64)
+        return self._prec * direction + self._scale * product(direction)
+
     def curvature_along(self, direction):
         """Estimated Gauss-Newton curvature of ``-log pi`` along ``direction``.
 

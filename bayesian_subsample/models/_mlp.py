@@ -275,6 +275,21 @@ class MLP:
             d = np.einsum("ij,ij->i", delta, dz, dtype=np.float64)
             return d, float(self.output_curvature(z, dz, noise_precision).sum())
 
+        def gauss_newton_product(direction):
+            """``sum_i J_i^T F_i J_i u``: the Gauss-Newton matrix of ``-sum log p``
+            times ``u`` (a tangent pass, then the backward pass with ``F dz``)."""
+            dz = np.asarray(self.tangent(direction, acts, layers), dtype=np.float64)
+            if self.output == "softmax":
+                p = np.exp(log_softmax(np.asarray(z, dtype=np.float64), axis=1))
+                fdz = p * dz - p * np.einsum("ij,ij->i", p, dz)[:, None]
+            elif self.output == "sigmoid":
+                p = expit(np.asarray(z, dtype=np.float64)[:, :1])
+                fdz = p * (1.0 - p) * dz
+            else:
+                fdz = float(noise_precision) * dz
+            return self.backward(acts, fdz.astype(acts[0].dtype, copy=False), layers)
+
+        along.gauss_newton_product = gauss_newton_product
         return float(ll.sum()), grad, along
 
     def gradient_moments(self, theta, X, y, noise_precision=1.0):

@@ -189,11 +189,41 @@ class _Particle:
             self.horizon = float(math.sqrt(np.mean(1.0 / k)))
         self._set_params()
 
-    def freeze(self):
+    def top_curvature(self, rng, n_iter=30):
+        """Largest eigenvalue of the minibatch Gauss-Newton matrix of ``-log pi``
+        in the particle's coordinates (``A G A``), by power iteration at the
+        current point on one fresh minibatch (the GLM driver's ``lambda_max(A H
+        A)``); NaN if the model gives no Gauss-Newton products."""
+        obs = self.target.estimator.observe(self.state.position, rng)
+        a = self.a
+        v = rng.standard_normal(self.dim)
+        v /= np.linalg.norm(v)
+        lam = math.nan
+        for _ in range(n_iter):
+            w = obs.gauss_newton_product(a * v)
+            if w is None:
+                return math.nan
+            w = a * w
+            lam = float(v @ w)
+            norm = float(np.linalg.norm(w))
+            if not (norm > 0 and math.isfinite(norm)):
+                break
+            v = w / norm
+        return lam
+
+    def freeze(self, rng=None):
         if self.preconditioned and self._ema is not None:
             self._update_preconditioner()
         self.adapting = False
         self.retune()
+        if rng is not None:
+            top = self.top_curvature(rng)
+            self.init_cost += self.m
+            if math.isfinite(top) and top > self.slope_sd:
+                # Right after a bounce the band's slope mu + k sigma must exceed
+                # the curvature along any direction, not only along those the
+                # particle happened to travel (the GLM driver's lambda_max).
+                self.slope_sd = top
         half = len(self.warm_time) // 2
         time_, evals = sum(self.warm_time[half:]), sum(self.warm_evals[half:])
         per_pass = self.steps_per_pass * self.m
@@ -394,7 +424,7 @@ class _SBPSModelChain(ChainDefaults):
         return adapt, p, 0
 
     def final(self, rng, adapt, p, complete):
-        p.freeze()
+        p.freeze(rng)
         return adapt, p, 0
 
     @staticmethod
