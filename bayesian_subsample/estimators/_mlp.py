@@ -354,7 +354,10 @@ class BayesianMLPClassifier(ClassifierMixin, _BayesianMLP):
         prior use ``"psbps"`` (the layers' scales differ) and expect slower
         mixing of the precisions.  Bound violations (its bias, §4.1) are in
         ``sampler_info_[c]["violation_fraction"]``; above 5% of proposals a
-        ``ConvergenceWarning`` says so.
+        ``ConvergenceWarning`` says so.  Checked against exact posteriors on
+        small models; on Pakman et al.'s §7.3 network with 4 hidden units it
+        escaped from a zero (and a Glorot) start, which the chain reports
+        (``doc/neural_networks.rst``).
     batch_size : int, default=500
         Minibatch size ``m`` (clipped to the number of rows).
     learning_rate : "auto" or float, default="auto"
