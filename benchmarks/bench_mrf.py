@@ -34,6 +34,12 @@ not variance), so each Gibbs conditional is a sum over 4,851 pair terms
   update, ns per term, and the CPU ms per scan of the one-chain kernel
   (``gibbs.step``) for comparison.
 
+``--backend numba`` runs the truth and Figure 8 chains with the compiled
+scan (``GibbsParams.backend``: the same decisions as numpy, exact and
+approximate updates paying about the same per term); ``--cost-backends
+numpy numba`` times both kernels side by side in the cost part (with
+``speedup_over_numpy``).  The kernel is compiled before any clock starts.
+
     python benchmarks/bench_mrf.py --n-jobs 2 --output mrf.jsonl --plot mrf  # ~6 CPU-min
     python benchmarks/bench_mrf.py --quick                                   # ~1 min smoke
 
@@ -105,14 +111,14 @@ def run_truth(mrf, args, subsets, out):
     res = GibbsSampler(n_chains=args.truth_chains, n_warmup=args.truth_warmup,
                        n_draws=args.truth_draws, random_state=args.seed + 1,
                        chains_per_task=-(-args.truth_chains // n_tasks),
-                       n_jobs=args.n_jobs).sample(mrf)
+                       backend=args.backend, n_jobs=args.n_jobs).sample(mrf)
     wall = time.perf_counter() - t0
     truth = _tables_of(res.draws, subsets)
     half = args.truth_chains // 2  # the two tasks: independent of each other
     first = _tables_of(res.draws[:half], subsets)
     second = _tables_of(res.draws[half:], subsets)
     diag = res.diagnostics()
-    _emit({"part": "truth", "chains": args.truth_chains, "draws": args.truth_draws,
+    _emit({"part": "truth", "backend": args.backend, "chains": args.truth_chains, "draws": args.truth_draws,
            "warmup": args.truth_warmup, "wall_seconds": round(wall, 1),
            "task_wall_seconds_summed": round(res.wall_time["warmup"]
                                              + res.wall_time["sampling"], 1),
@@ -182,9 +188,11 @@ def _replay_updates(mrf, pairs, eps, batch_size, replays, seed):
     return np.array(p_true), np.array(p_hat), terms, time.process_time() - t0
 
 
-def _one_chain_timing(mrf, method, eps, batch_size, seconds, seed, block_size="auto"):
+def _one_chain_timing(mrf, method, eps, batch_size, seconds, seed, block_size="auto",
+                      backend="numpy"):
     """CPU seconds per scan of the one-chain kernel (gibbs.step), for reference."""
-    params = gibbs.GibbsParams(method, "systematic", eps, batch_size, block_size)
+    params = gibbs.GibbsParams(method, "systematic", eps, batch_size, block_size, backend)
+    _warm_up(mrf, params)
     rng = np.random.default_rng(seed)
     state = gibbs.init(rng.integers(0, 2, mrf.n_variables))
     n = terms = 0
@@ -196,14 +204,22 @@ def _one_chain_timing(mrf, method, eps, batch_size, seconds, seed, block_size="a
     return (time.process_time() - t0) / n, terms / (n * mrf.n_variables)
 
 
+def _warm_up(mrf, params):
+    """Compile the numba kernel (if used) before any clock starts."""
+    if params.backend != "numpy":
+        X = np.zeros((2, mrf.n_variables), dtype=np.int8)
+        gibbs.step_chains(np.random.default_rng(0), X, mrf, params)
+
+
 def _error_run(mrf, X0, subsets, truth, method, eps, batch_size, seconds, seed,
-               block_size="auto"):
+               block_size="auto", backend="numpy"):
     """One Figure 8 run: K chains in lockstep for ``seconds`` of CPU time.
 
     After every lockstep scan: the CPU seconds, the terms evaluated (all
     chains) and the eq. (12) error of the pooled draws so far.
     """
-    params = gibbs.GibbsParams(method, "systematic", eps, batch_size, block_size)
+    params = gibbs.GibbsParams(method, "systematic", eps, batch_size, block_size, backend)
+    _warm_up(mrf, params)
     rng = np.random.default_rng(seed)
     K = len(X0)
     k = subsets.shape[1]
@@ -256,11 +272,11 @@ def run_error_curves(mrf, truth, subsets, args, out):
                   for eps in args.extra_epsilons])
     runs = Parallel(n_jobs=args.n_jobs)(
         delayed(_error_run)(mrf, X0, subsets, truth, method, eps, args.batch_size,
-                            args.seconds, args.seed + 3, b)
+                            args.seconds, args.seed + 3, b, args.backend)
         for method, eps, b in methods)
     one_chain = Parallel(n_jobs=args.n_jobs)(
         delayed(_one_chain_timing)(mrf, method, eps, args.batch_size, args.one_chain_seconds,
-                                   args.seed + 5, b)
+                                   args.seed + 5, b, args.backend)
         for method, eps, b in methods) if args.one_chain_seconds > 0 else \
         [(None, None)] * len(methods)
     curves = {}
@@ -292,7 +308,7 @@ def run_error_curves(mrf, truth, subsets, args, out):
                 at_terms[f"{t_probe:.0e}"] = round(float(errors[j]), 4)
         tpu = float(terms[-1] / (n * args.chains * D))
         checkpoints = np.unique(np.geomspace(1, n, 30).astype(int)) - 1
-        _emit({"part": "error", "method": name, "epsilon": eps,
+        _emit({"part": "error", "method": name, "epsilon": eps, "backend": args.backend,
                "batch_size": args.batch_size, "block_size": b_used, "chains": args.chains,
                "scans_per_chain": n, "cpu_seconds": round(float(times[-1]), 1),
                "wall_seconds": round(wall, 1),
@@ -328,13 +344,17 @@ def run_costs(mrf, args, out):
     rng = np.random.default_rng(args.seed + 20)
     X0 = rng.integers(0, 2, (args.chains, D)).astype(np.int8)
     for _ in range(args.cost_warmup):
-        X0, _ = gibbs.step_chains(rng, X0, mrf, gibbs.GibbsParams())
+        X0, _ = gibbs.step_chains(rng, X0, mrf, gibbs.GibbsParams(backend=args.backend))
     bs = _block_size_arg(args.block_size)
     methods = ([("exact", 0.0, "auto")] + [("approximate", eps, bs) for eps in EPSILONS]
                + [("approximate", eps, int(b)) for b in args.extra_block_sizes
                   for eps in args.extra_epsilons])
-    params = [gibbs.GibbsParams(m, "systematic", eps, args.batch_size, b)
-              for m, eps, b in methods]
+    backends = args.cost_backends or [args.backend]
+    methods = [(m, eps, b, be) for be in backends for m, eps, b in methods]
+    params = [gibbs.GibbsParams(m, "systematic", eps, args.batch_size, b, be)
+              for m, eps, b, be in methods]
+    for p in params:
+        _warm_up(mrf, p)
     states = [X0.copy() for _ in methods]
     rngs = [np.random.default_rng(args.seed + 21) for _ in methods]
     cpu = np.zeros(len(methods))
@@ -346,13 +366,17 @@ def run_costs(mrf, args, out):
             cpu[k] += time.process_time() - t0
             terms[k] += info.n_terms_evaluated.sum()
     n = args.cost_scans * args.chains
-    for (method, eps, b), p, c, t in zip(methods, params, cpu, terms):
+    exact_cpu = {be: c for (m, _, _, be), c in zip(methods, cpu) if m == "exact"}
+    numpy_cpu = {(m, eps, b): c for (m, eps, b, be), c in zip(methods, cpu) if be == "numpy"}
+    for (method, eps, b, be), p, c, t in zip(methods, params, cpu, terms):
         b_used = 1 if method == "exact" else gibbs.block_size_for(mrf, 0, p)
         _emit({"part": "cost", "method": "exact" if method == "exact" else
-               f"eps={eps},b={b_used}", "epsilon": eps, "block_size": b_used,
+               f"eps={eps},b={b_used}", "backend": be, "epsilon": eps, "block_size": b_used,
                "chains": args.chains, "scans": args.cost_scans,
                "cpu_ms_per_chain_scan": round(1e3 * c / n, 3),
-               "relative_to_exact": round(c / cpu[0], 3),
+               "relative_to_exact": round(c / exact_cpu[be], 3),
+               "speedup_over_numpy": (round(numpy_cpu[(method, eps, b)] / c, 2)
+                                      if (method, eps, b) in numpy_cpu else None),
                "terms_per_update": round(t / (n * D), 1),
                "ns_per_term": round(1e9 * c / t, 2)}, out)
 
@@ -435,6 +459,11 @@ def main():
     ap.add_argument("--cost-scans", type=int, default=10,
                     help="rounds of one scan per method in the side-by-side cost part")
     ap.add_argument("--cost-warmup", type=int, default=10)
+    ap.add_argument("--backend", default="numpy", choices=["numpy", "numba"],
+                    help="Gibbs kernel of the truth and Figure 8 runs (numba: the compiled "
+                         "scan, same decisions, needs numba)")
+    ap.add_argument("--cost-backends", nargs="*", choices=["numpy", "numba"], default=None,
+                    help="kernels timed side by side in the cost part (default: --backend)")
     ap.add_argument("--quick", action="store_true", help="small smoke run (~1 min)")
     ap.add_argument("--output", help="append the JSON lines to this file")
     ap.add_argument("--plot", help="PNG file prefix (needs matplotlib)")

@@ -76,16 +76,27 @@ def resolve_backend(backend):
     return backend
 
 
-def _scan(X, thresholds, bias, n_terms, approx, eps, slot0, unit0, width, n_units, per_look,
+def _scan(XT, thresholds, bias, n_terms, approx, eps, slot0, unit0, width, n_units, per_look,
           scale, perm_ptr, perms, unit_size, nbr, diff, n_codes, look_ptr, look_c1, look_c2,
           squared_rule, used, batches, early, changed):
-    """One systematic scan of the K chains (rows of ``X``, updated in place)."""
-    K, D = X.shape
+    """One systematic scan of the K chains (columns of ``XT``, updated in place).
+
+    Terms outside, chains inside (as the numpy kernel's arrays): each chain's
+    sums still run term by term in reading order, and the inner loop over
+    chains has no dependence between iterations.
+    """
+    D, K = XT.shape
     Q = nbr.shape[0]
     total = np.zeros(K)
     total_sq = np.zeros(K)
+    look_s = np.zeros(K)
+    look_q = np.zeros(K)
+    s = np.zeros(K)
+    sq = np.zeros(K)
+    t = np.zeros(K)
     mu0 = np.zeros(K)
-    active = np.zeros(K, dtype=np.bool_)
+    act = np.zeros(K, dtype=np.int64)
+    Xa = np.empty((D, K), dtype=np.int8)
     for i in range(D):
         N = n_terms[i]
         b = width[i]
@@ -93,33 +104,45 @@ def _scan(X, thresholds, bias, n_terms, approx, eps, slot0, unit0, width, n_unit
         if not approx or N == 0:
             # Exact: L_i = b_i + sum of all terms, in the numpy kernel's chunks.
             chunk = max(1, LOCKSTEP_BLOCK // K)
+            total[:] = 0.0
+            for lo in range(0, N, chunk):
+                s[:] = 0.0
+                for row in range(s0 + lo, s0 + min(lo + chunk, N)):
+                    base = row * n_codes
+                    if Q == 2:
+                        r0 = XT[nbr[0, row]]
+                        r1 = XT[nbr[1, row]]
+                        for c in range(K):
+                            s[c] += diff[base + 2 * r0[c] + r1[c]]
+                    else:
+                        for c in range(K):
+                            code = 0
+                            for q in range(Q):
+                                code = code * 2 + XT[nbr[q, row], c]
+                            s[c] += diff[base + code]
+                for c in range(K):
+                    total[c] += s[c]
             for c in range(K):
-                tot = 0.0
-                for lo in range(0, N, chunk):
-                    s = 0.0
-                    for row in range(s0 + lo, s0 + min(lo + chunk, N)):
-                        code = 0
-                        for q in range(Q):
-                            code = code * 2 + X[c, nbr[q, row]]
-                        s += diff[row * n_codes + code]
-                    tot += s
-                value = 1 if thresholds[c, i] < bias[i] + tot else 0
-                changed[c] += value != X[c, i]
-                X[c, i] = value
+                value = 1 if thresholds[c, i] < bias[i] + total[c] else 0
+                changed[c] += value != XT[i, c]
+                XT[i, c] = value
                 used[c] += N
                 batches[c, i] = 1
             continue
         U = n_units[i]
         m = per_look[i]
         sc = scale[i]
-        perm = perms[perm_ptr[i]:perm_ptr[i] + U]
+        p0 = perm_ptr[i]
         u0 = unit0[i]
         lp = look_ptr[i]
+        # The running tests, kept compact as in the numpy kernel: chain ids,
+        # states (columns of Xa), thresholds, sums.
         for c in range(K):
             total[c] = 0.0
             total_sq[c] = 0.0
             mu0[c] = (thresholds[c, i] - bias[i]) / N
-            active[c] = True
+            act[c] = c
+        Xa[:, :] = XT
         n_active = K
         n = 0
         k = 0
@@ -133,80 +156,128 @@ def _scan(X, thresholds, bias, n_terms, approx, eps, slot0, unit0, width, n_unit
                 cap = max(1, LOCKSTEP_BLOCK // n_active)
                 if size > cap:
                     chunk = cap
-            for c in range(K):
-                if not active[c]:
-                    continue
-                look_s = 0.0
-                look_q = 0.0
-                for lo in range(0, size, chunk):
-                    s = 0.0
-                    sq = 0.0
-                    for j in range(n + lo, n + min(lo + chunk, size)):
-                        unit = perm[j]
-                        if b == 1:
-                            row = s0 + unit
-                            code = 0
-                            for q in range(Q):
-                                code = code * 2 + X[c, nbr[q, row]]
-                            v = diff[row * n_codes + code]
+            for a in range(n_active):
+                look_s[a] = 0.0
+                look_q[a] = 0.0
+            for lo in range(0, size, chunk):
+                for a in range(n_active):
+                    s[a] = 0.0
+                    sq[a] = 0.0
+                for j in range(n + lo, n + min(lo + chunk, size)):
+                    unit = perms[p0 + j]
+                    if b == 1:
+                        row = s0 + unit
+                        base = row * n_codes
+                        if Q == 2:
+                            r0 = Xa[nbr[0, row]]
+                            r1 = Xa[nbr[1, row]]
+                            for a in range(n_active):
+                                v = diff[base + 2 * r0[a] + r1[a]]
+                                s[a] += v
+                                sq[a] += v * v
                         else:
-                            t = 0.0
-                            first = s0 + unit * b
-                            for slot in range(first, first + b):
+                            for a in range(n_active):
                                 code = 0
                                 for q in range(Q):
-                                    code = code * 2 + X[c, nbr[q, slot]]
-                                t += diff[slot * n_codes + code]
-                            v = sc * t
-                        s += v
-                        sq += v * v
-                    look_s += s
-                    look_q += sq
-                total[c] += look_s
-                total_sq[c] += look_q
+                                    code = code * 2 + Xa[nbr[q, row], a]
+                                v = diff[base + code]
+                                s[a] += v
+                                sq[a] += v * v
+                    elif Q == 2:
+                        # A block total, fused: t = first slot, + middle slots, then
+                        # v = scale (t + last slot) (the same sums as from t = 0).
+                        first = s0 + unit * b
+                        last = first + b - 1
+                        r0 = Xa[nbr[0, first]]
+                        r1 = Xa[nbr[1, first]]
+                        base = first * n_codes
+                        for a in range(n_active):
+                            t[a] = diff[base + 2 * r0[a] + r1[a]]
+                        for slot in range(first + 1, last):
+                            base = slot * n_codes
+                            r0 = Xa[nbr[0, slot]]
+                            r1 = Xa[nbr[1, slot]]
+                            for a in range(n_active):
+                                t[a] += diff[base + 2 * r0[a] + r1[a]]
+                        base = last * n_codes
+                        r0 = Xa[nbr[0, last]]
+                        r1 = Xa[nbr[1, last]]
+                        for a in range(n_active):
+                            v = sc * (t[a] + diff[base + 2 * r0[a] + r1[a]])
+                            s[a] += v
+                            sq[a] += v * v
+                    else:
+                        for a in range(n_active):
+                            t[a] = 0.0
+                        first = s0 + unit * b
+                        for slot in range(first, first + b):
+                            base = slot * n_codes
+                            for a in range(n_active):
+                                code = 0
+                                for q in range(Q):
+                                    code = code * 2 + Xa[nbr[q, slot], a]
+                                t[a] += diff[base + code]
+                        for a in range(n_active):
+                            v = sc * t[a]
+                            s[a] += v
+                            sq[a] += v * v
+                for a in range(n_active):
+                    look_s[a] += s[a]
+                    look_q[a] += sq[a]
+            for a in range(n_active):
+                total[a] += look_s[a]
+                total_sq[a] += look_q[a]
             for j in range(n, n + size):
-                read += unit_size[u0 + perm[j]]
+                read += unit_size[u0 + perms[p0 + j]]
             n += size
             k += 1
             if n >= U:
-                for c in range(K):
-                    if active[c]:
-                        value = 1 if total[c] / U > mu0[c] else 0
-                        changed[c] += value != X[c, i]
-                        X[c, i] = value
-                        used[c] += N
-                        batches[c, i] = k
+                for a in range(n_active):
+                    c = act[a]
+                    value = 1 if total[a] / U > mu0[a] else 0
+                    changed[c] += value != XT[i, c]
+                    XT[i, c] = value
+                    used[c] += N
+                    batches[c, i] = k
                 break
             if eps > 0.0:
                 c1 = look_c1[lp + k - 1]
                 c2 = look_c2[lp + k - 1]
-                for c in range(K):
-                    if not active[c]:
-                        continue
+                kept = 0
+                for a in range(n_active):
+                    c = act[a]
                     if squared_rule[i]:
                         # gibbs.look_stops: (lbar - mu0)^2 > c max(S2 - S1 lbar, 0)
-                        lbar = total[c] * (1.0 / n)
-                        gap = lbar - mu0[c]
-                        spread = max(total_sq[c] - total[c] * lbar, 0.0)
+                        lbar = total[a] * (1.0 / n)
+                        gap = lbar - mu0[a]
+                        spread = max(total_sq[a] - total[a] * lbar, 0.0)
                         spread *= c1
                         stop = gap * gap > spread
                     else:
                         # look_standard_error (eq. 3) and |lbar - mu0| > t_c s
-                        lbar = total[c] / n
-                        var_l = max(total_sq[c] - n * lbar * lbar, 0.0) / (n - 1)
+                        lbar = total[a] / n
+                        var_l = max(total_sq[a] - n * lbar * lbar, 0.0) / (n - 1)
                         se = np.sqrt(var_l / n)
                         se = se * c2
-                        gap = lbar - mu0[c]
+                        gap = lbar - mu0[a]
                         stop = abs(gap) > c1 * se
                     if stop:
                         value = 1 if gap > 0 else 0
-                        changed[c] += value != X[c, i]
-                        X[c, i] = value
+                        changed[c] += value != XT[i, c]
+                        XT[i, c] = value
                         used[c] += read if b > 1 else n
                         batches[c, i] = k
                         early[c] += 1
-                        active[c] = False
-                        n_active -= 1
+                    else:
+                        if kept != a:
+                            act[kept] = c
+                            total[kept] = total[a]
+                            total_sq[kept] = total_sq[a]
+                            mu0[kept] = mu0[a]
+                            for row in range(D):
+                                Xa[row, kept] = Xa[row, a]
+                        kept += 1
+                n_active = kept
                 if n_active == 0:
                     break
 
@@ -341,14 +412,14 @@ def compiled_step_chains(rng, X, target, params, widths, per_look):
         look_ptr, c1, c2 = np.zeros(D, dtype=np.int64), np.zeros(1), np.zeros(1)
     scale = np.array([int(U) / int(N) if N > 0 else 1.0 for U, N in zip(n_units, counts)])
     bias = np.asarray(target.bias, dtype=np.float64)
-    Xn = np.array(X, dtype=np.int8, order="C")
+    XT = np.ascontiguousarray(np.asarray(X, dtype=np.int8).T)
     used = np.zeros(K, dtype=np.int64)
     batches = np.zeros((K, D), dtype=np.int32)
     early = np.zeros(K, dtype=np.int64)
     changed = np.zeros(K, dtype=np.int64)
-    _kernel()(Xn, thresholds, bias, counts, approx, float(params.epsilon), slot0, unit0,
+    _kernel()(XT, thresholds, bias, counts, approx, float(params.epsilon), slot0, unit0,
               np.asarray(widths, dtype=np.int64), n_units,
               np.asarray(per_look, dtype=np.int64), scale, perm_ptr, perms, unit_size, nbr,
               diff, n_codes, look_ptr, c1, c2, squared, used, batches, early,
               changed)
-    return Xn, used, batches, early, changed
+    return np.ascontiguousarray(XT.T), used, batches, early, changed
