@@ -310,7 +310,8 @@ def main(argv=None):
                 "median_var_ratio": float(np.median(ratio)),
                 "quartiles_var_ratio": np.percentile(ratio, [25, 75]).tolist()})
         if name in ("sbps", "psbps"):
-            line.update({k: r.extra[k] for k in ("violation_fraction", "n_bounces",
+            line.update({k: r.extra[k] for k in ("violation_fraction",
+                                                 "horizon_violation_fraction", "n_bounces",
                                                  "n_proposals", "draw_interval", "horizon",
                                                  "slope_prior_mean", "slope_prior_sd",
                                                  "n_numerical_errors")})

@@ -76,7 +76,11 @@ An ended chain stands still (its later draws are NaN) and
 ``extra["diverged_at"]`` and ``extra["failure"]`` say when and why, as for the
 stochastic-gradient chains of :mod:`._sg_model`.  Bound violations
 (``[G_hat]_+ / lambda > 1``, the source of SBPS's bias, §4.1) are counted
-(``violation_fraction`` per proposal).
+(``violation_fraction`` per proposal), and so are violations at the
+observation-only steps at the end of the horizon
+(``horizon_violation_fraction``: the band at the last knot below the rate
+observed there), which the per-proposal count cannot see: where the band is
+near zero no proposal lands, and bounces are lost without a violation.
 
 Reference
 ---------
@@ -159,7 +163,7 @@ class _Particle:
         self.total = 0.0
         self.n_bad = 0
         self.totals = dict(bounces=0, refreshes=0, proposals=0, violations=0, observe=0,
-                           numerical_errors=0)
+                           numerical_errors=0, horizon_checks=0, horizon_violations=0)
         self.diverged_at = None
         self.failure = None
         self.n_iterations = 0
@@ -291,7 +295,9 @@ class _Particle:
             self.totals["proposals"] += int(info.proposed)
             self.totals["bounces"] += int(info.event == bps.BOUNCE)
             self.totals["refreshes"] += int(info.event == bps.REFRESH)
-            self.totals["violations"] += int(info.violation)
+            self.totals["violations"] += int(info.violation and info.proposed)
+            self.totals["horizon_checks"] += int(info.event == sbps.OBSERVE)
+            self.totals["horizon_violations"] += int(info.violation and not info.proposed)
             self.totals["observe"] += int(info.event == sbps.OBSERVE)
             self.totals["numerical_errors"] += int(info.is_divergent)
         self.n_bad = self.n_bad + 1 if info.is_divergent else 0
@@ -466,6 +472,9 @@ def run_model_sbps_chain(config, rng: np.random.Generator, posterior: Any, n_war
         "violation_fraction": tot["violations"] / tot["proposals"] if tot["proposals"] else 0.0,
         "violation_rate": tot["violations"] / T if T > 0 else math.nan,
         "n_observations_only": tot["observe"], "n_numerical_errors": tot["numerical_errors"],
+        "n_horizon_violations": tot["horizon_violations"],
+        "horizon_violation_fraction": (tot["horizon_violations"] / tot["horizon_checks"]
+                                       if tot["horizon_checks"] else 0.0),
         "final_hyper": p.hyper, "n_gibbs_steps": p.n_gibbs,
     }
     if p.preconditioned:

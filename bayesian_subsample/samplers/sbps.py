@@ -473,7 +473,15 @@ def step(rng: np.random.Generator, state: SBPSState, target: MinibatchObserver,
         grads.append(gU)
         new = SBPSState(x_new, v, t_m + horizon, _add(reg, t_m + horizon, G, c2), c2,
                         n_reg + 1, *slopes)
-        return new, SBPSInfo(horizon, OBSERVE, False, math.nan, False, cost,
+        ratio, violation = math.nan, False
+        if params.strict_horizon:
+            # The band at the last knot against the rate observed there: a
+            # band below [G]_+ where no proposal could land loses bounces
+            # unseen by the per-proposal check (counted as a violation too).
+            band = max(values[-1], 0.0)
+            ratio = max(G, 0.0) / band if band > 0.0 else (math.inf if G > 0.0 else 0.0)
+            violation = ratio > 1.0
+        return new, SBPSInfo(horizon, OBSERVE, False, ratio, violation, cost,
                              np.asarray(grads), False)
 
     x_new = x + tau_b * u
