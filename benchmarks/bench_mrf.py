@@ -265,14 +265,15 @@ def run_error_curves(mrf, truth, subsets, args, out):
     clock).  The error is that of the draws of all chains pooled.
     """
     D = mrf.n_variables
-    X0 = np.random.default_rng(args.seed + 2).integers(0, 2, (args.chains, D)).astype(np.int8)
+    run_seed = args.seed if args.run_seed is None else args.run_seed
+    X0 = np.random.default_rng(run_seed + 2).integers(0, 2, (args.chains, D)).astype(np.int8)
     bs = _block_size_arg(args.block_size)
     methods = ([("exact", 0.0, "auto")] + [("approximate", eps, bs) for eps in EPSILONS]
                + [("approximate", eps, int(b)) for b in args.extra_block_sizes
                   for eps in args.extra_epsilons])
     runs = Parallel(n_jobs=args.n_jobs)(
         delayed(_error_run)(mrf, X0, subsets, truth, method, eps, args.batch_size,
-                            args.seconds, args.seed + 3, b, args.backend)
+                            args.seconds, run_seed + 3, b, args.backend)
         for method, eps, b in methods)
     one_chain = Parallel(n_jobs=args.n_jobs)(
         delayed(_one_chain_timing)(mrf, method, eps, args.batch_size, args.one_chain_seconds,
@@ -309,6 +310,7 @@ def run_error_curves(mrf, truth, subsets, args, out):
         tpu = float(terms[-1] / (n * args.chains * D))
         checkpoints = np.unique(np.geomspace(1, n, 30).astype(int)) - 1
         _emit({"part": "error", "method": name, "epsilon": eps, "backend": args.backend,
+               "run_seed": run_seed,
                "batch_size": args.batch_size, "block_size": b_used, "chains": args.chains,
                "scans_per_chain": n, "cpu_seconds": round(float(times[-1]), 1),
                "wall_seconds": round(wall, 1),
@@ -454,6 +456,9 @@ def main():
     ap.add_argument("--n-jobs", type=int, default=1,
                     help="processes for the truth chains, the replays and the Figure 8 chains")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--run-seed", type=int, default=None,
+                    help="seed of the Figure 8 runs' starts and generators (default: --seed); "
+                         "another value repeats them on the same model and reference")
     ap.add_argument("--parts", nargs="*", default=["conditionals", "error"],
                     choices=["conditionals", "error", "cost"])
     ap.add_argument("--cost-scans", type=int, default=10,
