@@ -13,6 +13,8 @@ gradient are float64 sums of the same float64 numbers in another order,
 so they get the float64 bound with ``k = n``.
 """
 
+import warnings
+
 import numpy as np
 import pytest
 
@@ -81,7 +83,10 @@ def test_float32_pass_sums_match_float64_within_the_rounding_bound(fit_intercept
 def test_float32_curvature_bound_negative_control():
     """The same bound fails for products of rows truncated to bfloat16 (8-bit
     mantissa, as a lower-precision store would keep them): the check tells a
-    coarser product from the float32 one."""
+    coarser product from the float32 one.  Being a worst-case bound it cannot
+    tell float32 accumulation over 1024-row blocks from accumulation over all
+    rows (both stay far inside it); it guards the precision of the products,
+    not the blocking."""
     rng, X32, w = _data(n=20_000)
     c = -rng.uniform(0.01, 0.25, len(X32))
     Zabs = np.abs(X32.astype(np.float64))
@@ -113,3 +118,22 @@ def test_float32_multinomial_sums_match_float64():
     assert np.all(np.abs(outer32 - outer64)
                   <= _gamma(FLOAT32_GEMM_ROWS + 2, 2.0**-24) * (Zabs.T * w) @ Zabs)
     np.testing.assert_allclose(m32.grad_sum(theta), m64.grad_sum(theta), rtol=1e-12, atol=1e-8)
+
+
+@pytest.mark.parametrize("sampler", ["hmc_ecs", "hmc"])
+def test_float32_curvature_overflow_is_refused_before_sampling(sampler):
+    """A float32 feature of 6e19 overflows the float32 curvature products
+    (the float64 route would not): the set-up refuses with the fix named,
+    instead of a NaN Newton decrement ending the theta* search quietly."""
+    from bayesian_subsample import BayesianLogisticRegression
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(3000, 3)).astype(np.float32)
+    y = (rng.random(3000) < 0.5).astype(int)
+    est = BayesianLogisticRegression(sampler=sampler, n_chains=1, n_warmup=10, n_draws=10,
+                                     random_state=0)
+    est.fit(X, y)                                    # control: the same data without it fit
+    X[5, 1] = 6e19
+    with warnings.catch_warnings(), pytest.raises(FloatingPointError, match="Standardise"):
+        warnings.simplefilter("ignore", RuntimeWarning)      # numpy's overflow warning
+        est.fit(X, y)

@@ -1074,3 +1074,26 @@ def test_backend_errors(monkeypatch):
     assert gibbs.resolve_backend("auto") == "numpy"
     res = GibbsSampler(backend="auto", n_chains=1, n_draws=3, n_warmup=0).sample(mrf)
     assert res.draws.shape == (1, 3, 6)
+
+
+def test_auto_backend_falls_back_where_the_compiled_kernel_cannot_serve(monkeypatch):
+    """With numba present, "auto" still runs every setting that runs without it.
+
+    The compiled kernel serves the systematic scan of a model with
+    ``term_arrays()``; for a random scan or another model "auto" must pick
+    numpy (while an explicit "numba" refuses, see test_backend_errors).
+    """
+    from bayesian_subsample.samplers import _gibbs_compiled
+
+    mrf = BinaryMRF.random_triplet(6, random_state=0)
+    monkeypatch.setattr(_gibbs_compiled, "numba_available", lambda: True)
+    assert gibbs.resolve_backend("auto", "systematic", mrf) == "numba"
+    assert gibbs.resolve_backend("auto", "random", mrf) == "numpy"
+    assert gibbs.resolve_backend("auto", "systematic", object()) == "numpy"
+    res = GibbsSampler(backend="auto", scan="random", n_chains=1, n_draws=3,
+                       n_warmup=0, random_state=0).sample(mrf)
+    ref = GibbsSampler(backend="numpy", scan="random", n_chains=1, n_draws=3,
+                       n_warmup=0, random_state=0).sample(mrf)
+    np.testing.assert_array_equal(res.draws, ref.draws)
+    with pytest.raises(ValueError, match="systematic scan only"):
+        GibbsSampler(backend="numba", scan="random").sample(mrf)

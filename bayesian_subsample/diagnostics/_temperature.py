@@ -120,8 +120,15 @@ def configurational_temperature(grad_log_density, positions, blocks=None, n_prob
     if blocks.shape != (d,) or blocks.min() < 0:
         raise ValueError(f"blocks must be non-negative integer labels of shape ({d},).")
     n_blocks = int(blocks.max()) + 1
+    if np.unique(blocks).size != n_blocks:
+        missing = sorted(set(range(n_blocks)) - set(np.unique(blocks).tolist()))
+        raise ValueError(f"blocks must use every label 0..{n_blocks - 1}; labels {missing} "
+                         "have no coordinate (relabel the blocks consecutively).")
+    fd_step = float(fd_step)
+    if not (np.isfinite(fd_step) and fd_step > 0):
+        raise ValueError(f"fd_step must be a finite number > 0, got {fd_step!r}.")
     rng = np.random.default_rng(random_state)
-    h = float(fd_step) / np.sqrt(d)
+    h = fd_step / np.sqrt(d)
     g2 = np.empty((n_states, n_blocks))
     tr = np.empty((n_states, n_probes, n_blocks))
     for s in range(n_states):
@@ -136,10 +143,20 @@ def configurational_temperature(grad_log_density, positions, blocks=None, n_prob
     if not (np.all(np.isfinite(g2)) and np.all(np.isfinite(tr))):
         raise FloatingPointError("non-finite gradient or Hessian-vector product; check the "
                                  "positions and grad_log_density.")
-    mean_g2, mean_tr = g2.mean(0), tr.mean((0, 1))
+    tr_state = tr.mean(1)                   # probes of one state are not independent
+    mean_g2, mean_tr = g2.mean(0), tr_state.mean(0)
+    if not np.all(mean_tr > 0):
+        raise ValueError(
+            f"the mean Hessian trace of U is not positive in block(s) "
+            f"{np.flatnonzero(~(mean_tr > 0)).tolist()}, so the temperature is undefined there "
+            "(the states sit where the target is not locally log-concave on average); use more "
+            "states or merge the block with another.")
     temperature = mean_g2 / mean_tr
-    flat_tr = tr.reshape(-1, n_blocks)
-    rel_var = (g2.var(0, ddof=1) / n_states / mean_g2 ** 2
-               + flat_tr.var(0, ddof=1) / len(flat_tr) / mean_tr ** 2)
-    return ConfigurationalTemperature(temperature, np.abs(temperature) * np.sqrt(rel_var),
-                                      g2 / tr.mean(1))
+    # Delta method for a ratio of means over states, with the covariance of
+    # the two per-state statistics (both are read at the same state).
+    cov = np.array([np.cov(g2[:, b], tr_state[:, b])[0, 1] for b in range(n_blocks)])
+    rel_var = (g2.var(0, ddof=1) / mean_g2 ** 2 + tr_state.var(0, ddof=1) / mean_tr ** 2
+               - 2 * cov / (mean_g2 * mean_tr)) / n_states
+    return ConfigurationalTemperature(temperature,
+                                      np.abs(temperature) * np.sqrt(np.maximum(rel_var, 0.0)),
+                                      g2 / tr_state)

@@ -164,7 +164,8 @@ class GibbsSampler(BaseEstimator):
         exact and approximate updates paying about the same per term read
         (see :doc:`/mrf`).  Needs numba (``pip install
         bayesian_subsample[fast]``) and ``scan="systematic"``.  ``"auto"``
-        uses numba when it is installed.
+        uses numba when it is installed and the request suits it (the
+        systematic scan of a model with ``term_arrays()``), numpy otherwise.
     n_chains : int, default=4
     n_warmup : int, default=100
         Scans discarded at the start of each chain.
@@ -200,8 +201,8 @@ class GibbsSampler(BaseEstimator):
     """
 
     def __init__(self, method="exact", scan="systematic", epsilon=0.01, batch_size=500,
-                 block_size="auto", backend="numpy", n_chains=4, n_warmup=100, n_draws=1000, initial_state=None, chains_per_task=1,
-                 n_jobs=None, random_state=None):
+                 block_size="auto", backend="numpy", n_chains=4, n_warmup=100, n_draws=1000,
+                 initial_state=None, chains_per_task=1, n_jobs=None, random_state=None):
         self.method = method
         self.scan = scan
         self.epsilon = epsilon
@@ -232,7 +233,7 @@ class GibbsSampler(BaseEstimator):
                 isinstance(bs, (bool, str)) or not isinstance(bs, numbers.Integral) or bs < 1):
             raise ValueError(f'block_size must be "auto" or an integer >= 1 (terms per sampled '
                              f"block; 1 samples single terms), got {bs!r}.")
-        backend = gibbs.resolve_backend(self.backend)
+        backend = gibbs.resolve_backend(self.backend, self.scan, mrf)
         if backend == "numba" and self.scan != "systematic":
             raise ValueError('backend="numba" runs the systematic scan only; use '
                              'scan="systematic" or backend="numpy".')
@@ -277,7 +278,7 @@ class GibbsSampler(BaseEstimator):
                                    int(self.batch_size),
                                    "auto" if isinstance(self.block_size, str)
                                    else int(self.block_size),
-                                   gibbs.resolve_backend(self.backend))
+                                   gibbs.resolve_backend(self.backend, self.scan, mrf))
         K = int(self.chains_per_task)
         if K == 1:
             seeds = seed_sequences(self.random_state, self.n_chains)

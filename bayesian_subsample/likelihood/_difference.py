@@ -60,6 +60,7 @@ import numpy as np
 
 from ..models._glm import GLM
 from ..models._prior import GaussianPrior
+from ._full import TaylorExpansion
 
 _GLM_ETA_TERMS = GLM.eta_terms
 _add_reduce = np.add.reduce  # ndarray.sum without its Python wrapper (same summation)
@@ -217,7 +218,8 @@ class DifferenceEstimator:
         ``expansion.population_sum`` and ``prior.logdensity_and_grad``.
 
         For the order-2 expansion and the diagonal :class:`GaussianPrior` (the
-        defaults) the estimator evaluates both inline, with the same
+        defaults; an expansion class that overrides ``population_sum`` is
+        called) the estimator evaluates both inline, with the same
         operations in the same order (bit-identical), which saves two Python
         calls per estimate; any other expansion or prior is called.
         ``-precision`` is stored negated: ``(-p) theta`` is ``-(p theta)``
@@ -225,7 +227,7 @@ class DifferenceEstimator:
         """
         ex, prior = self.expansion, self.prior
         self._quad = None
-        if ex.order == 2:
+        if ex.order == 2 and (type(ex).population_sum is TaylorExpansion.population_sum):
             self._quad = (np.asarray(ex.theta_star), ex.loglik, ex.grad, ex.hess)
         self._gauss = None
         if (type(prior).logdensity_and_grad is GaussianPrior.logdensity_and_grad

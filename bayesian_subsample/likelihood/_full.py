@@ -425,6 +425,15 @@ class TallPosterior:
                 break
             ex = self.expand(theta, order)
             cost, passes = cost + ex.n_obs_evaluated, passes + 1
+        if not (np.isfinite(ex.loglik) and np.all(np.isfinite(ex.grad))
+                and np.all(np.isfinite(ex.neg_hessian))):
+            # A NaN decrement ends the loop above quietly; theta* must not.
+            raise FloatingPointError(
+                "The full-data log-likelihood, its gradient or its curvature is not finite at "
+                "the reference point (overflow in the sums over rows). Standardise the features "
+                "(e.g. sklearn.preprocessing.StandardScaler in a Pipeline); float32 X overflows "
+                "sooner than float64 (largest float32 is 3.4e38), so cast very large float32 "
+                "features to float64.")
         return ex, cost, passes
 
     def _chord_steps(self, theta, hessian, tol, max_iter, log):

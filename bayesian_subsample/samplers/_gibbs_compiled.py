@@ -64,12 +64,20 @@ def numba_available():
     return True
 
 
-def resolve_backend(backend):
-    """``"numpy"`` or ``"numba"`` for a ``backend`` option, with a clear error."""
+def resolve_backend(backend, scan="systematic", target=None):
+    """``"numpy"`` or ``"numba"`` for a ``backend`` option, with a clear error.
+
+    ``"auto"`` means the compiled kernel when numba is installed *and* the
+    kernel can serve the request (the systematic scan of a model with
+    ``term_arrays()``, such as :class:`~bayesian_subsample.models.BinaryMRF`),
+    the numpy kernel otherwise, so a setting that runs without numba also
+    runs with it.  An explicit ``"numba"`` keeps its errors.
+    """
     if backend not in BACKENDS:
         raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}.")
     if backend == "auto":
-        return "numba" if numba_available() else "numpy"
+        servable = scan == "systematic" and (target is None or hasattr(target, "term_arrays"))
+        return "numba" if servable and numba_available() else "numpy"
     if backend == "numba" and not numba_available():
         raise ImportError('backend="numba" needs numba: pip install numba (or '
                           'bayesian_subsample[fast]), or use backend="numpy".')

@@ -280,7 +280,8 @@ def step(rng: np.random.Generator, state: GibbsState, target: BinaryConditionals
     (GibbsState, GibbsInfo)
     """
     D = target.n_variables
-    if params.backend != "numpy" and resolve_backend(params.backend) == "numba":
+    if params.backend != "numpy" and resolve_backend(params.backend, params.scan,
+                                                      target) == "numba":
         X, ci = step_chains(rng, state.x[None, :], target, params)
         info = GibbsInfo(int(ci.n_terms_evaluated[0]), float(ci.terms_per_update[0]),
                          float(ci.data_fraction[0]), int(ci.n_batches[0]),
@@ -637,7 +638,8 @@ def step_chains(rng: np.random.Generator, X: np.ndarray, target: BinaryCondition
     column (see :meth:`BinaryMRF.term_log_odds_chains`).
     """
     K, D = X.shape
-    if params.backend != "numpy" and resolve_backend(params.backend) == "numba":
+    if params.backend != "numpy" and resolve_backend(params.backend, params.scan,
+                                                      target) == "numba":
         return _compiled_step_chains(rng, X, target, params)
     order = None if params.scan == "systematic" else rng.integers(0, D, (K, D))
     thresholds = _logit(rng.random((K, D)))
