@@ -150,7 +150,11 @@ def _scan(XT, thresholds, bias, n_terms, approx, eps, slot0, unit0, width, n_uni
             total_sq[c] = 0.0
             mu0[c] = (thresholds[c, i] - bias[i]) / N
             act[c] = c
-        Xa[:, :] = XT
+        # Read the states in place until the first chain stops early; only
+        # then are they copied into Xa for compaction (a copy per update
+        # would cost O(D K), more than the terms of a sparse model).
+        src = XT
+        compacted = False
         n_active = K
         n = 0
         k = 0
@@ -177,8 +181,8 @@ def _scan(XT, thresholds, bias, n_terms, approx, eps, slot0, unit0, width, n_uni
                         row = s0 + unit
                         base = row * n_codes
                         if Q == 2:
-                            r0 = Xa[nbr[0, row]]
-                            r1 = Xa[nbr[1, row]]
+                            r0 = src[nbr[0, row]]
+                            r1 = src[nbr[1, row]]
                             for a in range(n_active):
                                 v = diff[base + 2 * r0[a] + r1[a]]
                                 s[a] += v
@@ -187,7 +191,7 @@ def _scan(XT, thresholds, bias, n_terms, approx, eps, slot0, unit0, width, n_uni
                             for a in range(n_active):
                                 code = 0
                                 for q in range(Q):
-                                    code = code * 2 + Xa[nbr[q, row], a]
+                                    code = code * 2 + src[nbr[q, row], a]
                                 v = diff[base + code]
                                 s[a] += v
                                 sq[a] += v * v
@@ -196,20 +200,20 @@ def _scan(XT, thresholds, bias, n_terms, approx, eps, slot0, unit0, width, n_uni
                         # v = scale (t + last slot) (the same sums as from t = 0).
                         first = s0 + unit * b
                         last = first + b - 1
-                        r0 = Xa[nbr[0, first]]
-                        r1 = Xa[nbr[1, first]]
+                        r0 = src[nbr[0, first]]
+                        r1 = src[nbr[1, first]]
                         base = first * n_codes
                         for a in range(n_active):
                             t[a] = diff[base + 2 * r0[a] + r1[a]]
                         for slot in range(first + 1, last):
                             base = slot * n_codes
-                            r0 = Xa[nbr[0, slot]]
-                            r1 = Xa[nbr[1, slot]]
+                            r0 = src[nbr[0, slot]]
+                            r1 = src[nbr[1, slot]]
                             for a in range(n_active):
                                 t[a] += diff[base + 2 * r0[a] + r1[a]]
                         base = last * n_codes
-                        r0 = Xa[nbr[0, last]]
-                        r1 = Xa[nbr[1, last]]
+                        r0 = src[nbr[0, last]]
+                        r1 = src[nbr[1, last]]
                         for a in range(n_active):
                             v = sc * (t[a] + diff[base + 2 * r0[a] + r1[a]])
                             s[a] += v
@@ -223,7 +227,7 @@ def _scan(XT, thresholds, bias, n_terms, approx, eps, slot0, unit0, width, n_uni
                             for a in range(n_active):
                                 code = 0
                                 for q in range(Q):
-                                    code = code * 2 + Xa[nbr[q, slot], a]
+                                    code = code * 2 + src[nbr[q, slot], a]
                                 t[a] += diff[base + code]
                         for a in range(n_active):
                             v = sc * t[a]
@@ -278,6 +282,10 @@ def _scan(XT, thresholds, bias, n_terms, approx, eps, slot0, unit0, width, n_uni
                         early[c] += 1
                     else:
                         if kept != a:
+                            if not compacted:
+                                Xa[:, :] = XT
+                                src = Xa
+                                compacted = True
                             act[kept] = c
                             total[kept] = total[a]
                             total_sq[kept] = total_sq[a]
