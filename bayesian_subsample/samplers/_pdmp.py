@@ -102,6 +102,20 @@ PRECONDITIONER_DECAY = 0.99
 PRECONDITIONER_EPSILON = 1e-4
 #: Consecutive non-finite gradient estimates after which a chain gives up.
 _MAX_CONSECUTIVE_ERRORS = 100
+
+
+def preconditioner_from_mean_square(mean_square):
+    """The pSBPS diagonal preconditioner of eq. (18), normalised to mean 1.
+
+    ``mean_square`` is the running mean of the squared gradient estimates
+    (eq. 17).  Returns None when an overflowing estimate entered that mean,
+    so the caller keeps its current preconditioner rather than divide by
+    zero.
+    """
+    inv = 1.0 / (np.sqrt(mean_square) + PRECONDITIONER_EPSILON)
+    if not (np.all(np.isfinite(inv)) and np.all(inv > 0)):
+        return None
+    return inv / inv.mean()
 #: Distance from theta*, in Laplace posterior sd beyond ``sqrt(dim)`` (the
 #: typical radius of a Gaussian), beyond which the particle is taken to be
 #: escaping along a direction where the event rate stays zero (an improper or
@@ -777,13 +791,11 @@ class _SBPSKernel:
         return info
 
     def _update_preconditioner(self):
-        inv = 1.0 / (np.sqrt(self._ema) + PRECONDITIONER_EPSILON)
-        if not (np.all(np.isfinite(inv)) and np.all(inv > 0)):
-            # An overflowing gradient estimate entered the running mean (eq. 17):
-            # keep the current preconditioner rather than divide by zero.
+        a = preconditioner_from_mean_square(self._ema)
+        if a is None:
             self._ema = None
             return
-        self.preconditioner = inv / inv.mean()
+        self.preconditioner = a
         self.params = self._params(self.refresh)
         self.state = self.state._replace(regression=sbps._empty_regression(), noise_var=0.0,
                                          n_observations=0, time=0.0)

@@ -98,13 +98,11 @@ import numpy as np
 
 from . import bps, sbps
 from ._driver import ChainDefaults, run
+from ._pdmp import PRECONDITIONER_DECAY, preconditioner_from_mean_square
 
 __all__ = ["SBPS_METHODS", "run_model_sbps_chain"]
 
 SBPS_METHODS = ("sbps", "psbps")
-#: pSBPS preconditioner, eqs. (17)-(18) (as the GLM driver).
-PRECONDITIONER_DECAY = 0.99
-PRECONDITIONER_EPSILON = 1e-4
 #: Consecutive non-finite estimates after which a chain ends.
 MAX_CONSECUTIVE_ERRORS = 100
 #: Prior sd beyond ``sqrt(dim)`` at which the particle has escaped.
@@ -240,11 +238,11 @@ class _Particle:
         self.t_grid = self.t
 
     def _update_preconditioner(self):
-        inv = 1.0 / (np.sqrt(self._ema) + PRECONDITIONER_EPSILON)
-        if not (np.all(np.isfinite(inv)) and np.all(inv > 0)):
+        a = preconditioner_from_mean_square(self._ema)
+        if a is None:
             self._ema = None
             return
-        self.a = inv / inv.mean()
+        self.a = a
         self._set_params()
         self.state = self.state._replace(regression=sbps._empty_regression(), noise_var=0.0,
                                          n_observations=0, time=0.0)
