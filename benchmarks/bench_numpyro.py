@@ -33,10 +33,11 @@ Reproduce (NumPyro and JAX live in their own environment, never as a
 dependency of this package; this package is taken from the repository on
 ``PYTHONPATH``).  From the repository root::
 
-    PYTHONPATH=. /work/venv-numpyro/bin/python benchmarks/bench_numpyro.py      # n = 1e6
-    PYTHONPATH=. /work/venv-numpyro/bin/python benchmarks/bench_numpyro.py --n 100000
-    PYTHONPATH=. /work/venv-numpyro/bin/python benchmarks/bench_numpyro.py --skip-numpyro
+    PYTHONPATH=. /tmp/venv-numpyro/bin/python benchmarks/bench_numpyro.py      # n = 1e6
+    PYTHONPATH=. /tmp/venv-numpyro/bin/python benchmarks/bench_numpyro.py --n 100000
+    PYTHONPATH=. /tmp/venv-numpyro/bin/python benchmarks/bench_numpyro.py --skip-numpyro
 
+(``/tmp/venv-numpyro`` is any virtual environment with numpyro and jax.)
 ``PYTHONPATH=.`` matters: the package installed in that environment may be
 another checkout.  A fresh environment: ``python3 -m venv /tmp/venv-numpyro``,
 ``/tmp/venv-numpyro/bin/pip install numpyro jax`` and ``pip install -e .``

@@ -492,8 +492,11 @@ class TallPosterior:
             Per-observation evaluations spent.
         neg_hessian : ndarray of shape (dim, dim)
             Only with ``return_hessian``: the negative Hessian of the (scaled)
-            log posterior at the last Newton iterate, the ``hessian`` that
-            :meth:`reference_expansion` takes for its chord steps.
+            log posterior at the last point where the Newton loop computed
+            one (the returned ``theta`` on convergence; the point before the
+            last step if ``max_iter`` ended the loop), the ``hessian`` that
+            :meth:`reference_expansion` takes for its chord steps (which need
+            only a Hessian near the mode).
 
         Without ``theta0`` the iterations start at ``prior.initial_position()``
         when the prior has that method, else at zero.
