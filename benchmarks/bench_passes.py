@@ -38,7 +38,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 
 def main(argv=None):
-    from bench_scale import make_data, sequential_read
+    from bench_scale import make_data, remove_data, sequential_read
 
     from bayesian_subsample.estimators._passes import set_up_passes
     from bayesian_subsample.estimators._validation import _max_abs
@@ -91,10 +91,8 @@ def main(argv=None):
         print(json.dumps(row), flush=True)
     finally:
         del X
-        if path is not None and not args.keep_data:
-            for name in (path, path + ".y.npy"):
-                if os.path.exists(name):
-                    os.remove(name)
+        if not args.keep_data:
+            remove_data(path)
 
 
 if __name__ == "__main__":

@@ -98,6 +98,15 @@ def make_data(n, seed, path=None, n_features=29, chunk=262_144, reuse=False):
     return X, y, coef
 
 
+def remove_data(path):
+    """Delete the memmap :func:`make_data` wrote at ``path`` (and its labels), if any."""
+    if path is None:
+        return
+    for name in (path, path + ".y.npy"):
+        if os.path.exists(name):
+            os.remove(name)
+
+
 def sequential_read(X, chunk=262_144):
     """Seconds for one chunked pass that touches every element of ``X`` once."""
     start = time.perf_counter()
@@ -289,10 +298,8 @@ def run_size(n, args, earlier=()):
         return row
     finally:
         del X
-        if path is not None and not args.keep_data:
-            for name in (path, path + ".y.npy"):
-                if os.path.exists(name):
-                    os.remove(name)
+        if not args.keep_data:
+            remove_data(path)
 
 
 def plot(rows, path):

@@ -5,9 +5,9 @@ import pytest
 from scipy import linalg
 
 from bayesian_subsample.diagnostics import configurational_temperature
-from bayesian_subsample.likelihood._model_target import HierarchicalPosterior
-from bayesian_subsample.models._mlp import MLP, MLPModel
 from bayesian_subsample.samplers._sg_model import ModelSG, run_model_chain
+
+from .test_mlp import N, _linear_problem
 
 
 def _gaussian(d=6, seed=3):
@@ -58,21 +58,12 @@ def test_bad_input_is_named():
 # SGLD on a linear "network" (Bayesian linear regression, exact posterior) with a
 # small minibatch: the uncorrected gradient noise heats the chain, by the amount
 # a discrete Lyapunov equation predicts (Chen, Fox and Guestrin, 2014, eqs. 6-7).
-N, M, LAM = 1000, 50, 5.0
+M, LAM = 50, 5.0  # minibatch and prior precision; N rows come with the problem (test_mlp)
 
 
 def _linear():
-    rng = np.random.default_rng(11)
-    X = rng.normal(size=(N, 2))
-    y = X @ np.array([1.0, -0.5]) + 0.3 + rng.normal(size=N)
-    net = MLP(2, (), 1, "identity", "gaussian")
-    model = MLPModel(net, X, y)
-    post = HierarchicalPosterior(model, net.layer_of_each_weight(), net.glorot_init,
-                                 prior_precision=LAM, noise_precision=1.0)
-    Z = np.column_stack([X, np.ones(N)])
-    H = Z.T @ Z + LAM * np.eye(3)
-    mean = linalg.solve(H, Z.T @ y)
-    return post, model, Z, y, H, mean
+    post, Z, y, H, mean = _linear_problem(lam=LAM, tau=1.0)
+    return post, post.model, Z, y, H, mean
 
 
 def _sgld_temperature(eta, Z, y, H, mean):

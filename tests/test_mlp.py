@@ -147,17 +147,22 @@ def test_point_hyper_holds_prior_mean_and_tau_mode():
 N, M, LAM, TAU = 1000, 500, 50.0, 1.0
 
 
-def _linear_problem():
+def _linear_problem(lam=LAM, tau=TAU):
+    """The linear "network" and its exact Gaussian posterior ``(post, Z, y, H, mean)``.
+
+    Also used by tests/test_configurational_temperature.py (with its own
+    prior precision).
+    """
     rng = np.random.default_rng(11)
     X = rng.normal(size=(N, 2))
     y = X @ np.array([1.0, -0.5]) + 0.3 + rng.normal(size=N)
     net = MLP(2, (), 1, "identity", "gaussian")
     model = MLPModel(net, X, y)
     post = HierarchicalPosterior(model, net.layer_of_each_weight(), net.glorot_init,
-                                 prior_precision=LAM, noise_precision=TAU)
+                                 prior_precision=lam, noise_precision=tau)
     Z = np.column_stack([X, np.ones(N)])            # weights then bias, as the flat layout
-    H = TAU * Z.T @ Z + LAM * np.eye(3)
-    mean = linalg.solve(H, TAU * Z.T @ y)
+    H = tau * Z.T @ Z + lam * np.eye(3)
+    mean = linalg.solve(H, tau * Z.T @ y)
     return post, Z, y, H, mean
 
 
