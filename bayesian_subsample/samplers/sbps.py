@@ -76,8 +76,14 @@ every run).  Two rules keep the band honest:
   ``|G|``, a relative curvature change of order one along the segment);
 * a horizon: the last knot is at most ``params.max_horizon`` after the last
   observation (the driver passes the rms Laplace posterior sd in the
-  particle's coordinates), so the band never extrapolates further than about
-  one posterior sd before observing again (an observation-only step).
+  particle's coordinates).  With ``params.strict_horizon`` (the network
+  driver) a proposal beyond the last knot is not made: the particle moves to
+  the last knot and observes there (an observation-only step), so the band
+  never extrapolates further than about one posterior sd.  Without it (the
+  GLM driver, kept so its draws do not change) the knots stop at the horizon
+  but a proposal may still land in the band's linear tail beyond the last
+  knot.  Thinning there is exact where the band covers the rate, and a
+  proposal where it does not is counted as a violation.
 
 Both only add observations or raise the band, so thinning stays exact where
 it was (more rejected proposals, never fewer bounces).  Measured on the 2-D
