@@ -30,7 +30,10 @@ variance inflation in the stiffest direction.  One JSON line per run.
 networks spread over the second half of each run, each with the precisions
 the Gibbs step drew with it: 1 for a chain that samples its target, above 1
 for a hot one.  ``--prior-precision`` fixes every layer's prior precision
-instead of the Gamma(1, 1) hyper-prior.
+instead of the Gamma(1, 1) hyper-prior.  ``--noise-correction fisher`` runs
+SG-HMC with Chen et al.'s ``B_hat = eta V_hat / 2`` (``ModelSG``'s
+``noise_correction``) and reports the largest eigenvalue of ``B_hat`` seen
+per pass.
 
     python benchmarks/bench_mlp_stepsize.py --jobs 2 \
         --out benchmarks/results/mlp_mnist_stepsize.jsonl
@@ -177,8 +180,9 @@ def run_one(args, method, eta, factor):
     rng = np.random.default_rng(np.random.SeedSequence([args.seed, int(factor * 1000)]))
     c0 = time.process_time()
     with threadpool_limits(limits=1, user_api="blas"):
-        res = run_model_chain(ModelSG(method, 500, eta, args.momentum_decay), rng, posterior,
-                              0, args.passes, trace=trace)
+        res = run_model_chain(ModelSG(method, 500, eta, args.momentum_decay,
+                                      noise_correction=args.noise_correction),
+                              rng, posterior, 0, args.passes, trace=trace)
         if states:
             groups = net.layer_of_each_weight()
             t, se, per_state = layer_temperature(net, xtr.astype(np.float64), ytr, states, groups)
@@ -188,7 +192,12 @@ def run_one(args, method, eta, factor):
     rec = {"method": method, "factor": factor, "prior_precision": args.prior_precision, "learning_rate": eta, "passes": args.passes,
            "burn_in": args.burn_in, "lambda_max": lam, "eta_lambda_max": h,
            "predicted_variance_inflation": infl,
-           "diverged_at": res.extra["diverged_at"]}
+           "diverged_at": res.extra["diverged_at"],
+           "noise_correction": args.noise_correction}
+    if args.noise_correction:
+        b = np.asarray(res.extra["beta_hat_max"], float)
+        rec.update({"beta_hat_max_median": float(np.nanmedian(b)),
+                    "beta_hat_max_max": float(np.nanmax(b))})
     for key in ("all", "thinned"):
         p = acc[key] / count[key]
         rec.update({f"{key}_draws": count[key],
@@ -226,6 +235,8 @@ def main(argv=None):
     ap.add_argument("--prior-precision", type=float, default=None,
                     help="a fixed prior precision for every layer (default: Gamma(1, 1) "
                          "hyper-prior and Gibbs steps)")
+    ap.add_argument("--noise-correction", default=None, choices=["fisher"],
+                    help="SG-HMC gradient-noise correction (ModelSG noise_correction)")
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)

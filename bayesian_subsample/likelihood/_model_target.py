@@ -38,7 +38,7 @@ import numpy as np
 from ._gradients import sample_without_replacement
 
 __all__ = ["RowModel", "Hyperparameters", "HierarchicalPosterior", "ModelMinibatchGradient",
-           "ModelFullTarget", "ModelObservation"]
+           "ModelFullTarget", "ModelObservation", "MinibatchGradientNoise"]
 
 
 class RowModel(Protocol):
@@ -97,6 +97,28 @@ class ModelMinibatchGradient:
         idx = sample_without_replacement(rng, p.n_obs, self.subsample_size)
         _, g = p.model.loglik_and_grad(position, np.sort(idx), self.hyper.noise_precision)
         return (p.n_obs / self.subsample_size) * g - self._prior_precision * position
+
+    def grad_with_noise(self, position, rng):
+        """The estimate on a fresh minibatch and its gradient-noise covariance estimate.
+
+        Returns ``(grad, noise)``: ``grad`` exactly as :meth:`grad` (same
+        minibatch draw from ``rng``) and a :class:`MinibatchGradientNoise`,
+        the minibatch's estimate ``V_hat`` of the covariance of ``grad``
+        (Chen, Fox and Guestrin, 2014, eq. 6), for the SG-HMC noise
+        correction ``B_hat = eps V_hat / 2`` (§3.2-3.3).  Needs a row model
+        with ``loglik_grad_and_rows`` (:class:`~bayesian_subsample.models.MLPModel`).
+        """
+        p = self.posterior
+        rows_fn = getattr(p.model, "loglik_grad_and_rows", None)
+        if rows_fn is None:
+            raise ValueError(
+                f"{type(p.model).__name__} gives no per-row gradient products "
+                "(loglik_grad_and_rows), which the SG-HMC gradient-noise correction needs "
+                "for V_hat. Use noise_correction=None.")
+        idx = sample_without_replacement(rng, p.n_obs, self.subsample_size)
+        _, g, rows = rows_fn(position, np.sort(idx), self.hyper.noise_precision)
+        grad = (p.n_obs / self.subsample_size) * g - self._prior_precision * position
+        return grad, MinibatchGradientNoise(rows, p.n_obs)
 
     def observe(self, position, rng):
         """The estimate on a fresh minibatch, with its noise along any direction.
@@ -193,6 +215,111 @@ class ModelObservation:
         direction = np.asarray(direction, dtype=np.float64)
         _, ggn = self._directional(direction)
         return float(self._prec @ (direction * direction)) + self._scale * ggn
+
+
+class MinibatchGradientNoise:
+    """Estimated covariance ``V_hat`` of a minibatch gradient, as a linear operator.
+
+    The minibatch estimate ``(n/m) sum_{i in S} g_i`` over ``m`` rows drawn
+    without replacement (``g_i`` the per-row log-likelihood gradients; the
+    prior term is exact) has covariance ``(n^2 / m) (1 - m/n) Sigma`` with
+    ``Sigma`` the population covariance of the ``g_i``.  Estimating
+    ``Sigma`` by the minibatch's sample covariance (divisor ``m - 1``)::
+
+        V_hat = c D^T D,   D = J - 1 gbar^T,   c = (n^2 / m) (1 - m/n) / (m - 1)
+
+    with ``J`` the (m, dim) per-row gradients (rows of ``D`` centred).  Its
+    rank is at most ``m - 1``.  Nothing of size (m, dim) is formed: ``D u``
+    is a forward-mode pass (per-row directional derivatives, centred),
+    ``D^T c`` one backward pass with per-row weights ``c - mean(c)``, and
+    ``D D^T = P (J J^T) P`` (``P`` the centring projection) comes from the
+    per-layer Gram products of the network.
+
+    Parameters
+    ----------
+    rows : object with ``apply(u)``, ``transpose_apply(c)``, ``gram()``, ``n_rows``
+        Linear maps of the per-row gradients (:meth:`MLP.loglik_grad_and_rows`).
+    n_obs : int
+    """
+
+    def __init__(self, rows, n_obs):
+        self._rows = rows
+        m = int(rows.n_rows)
+        self.subsample_size = m
+        self.factor = (n_obs * n_obs / m) * (1.0 - m / n_obs) / (m - 1) if m > 1 else 0.0
+        self._gram = None
+
+    def _d(self, u):
+        t = self._rows.apply(np.asarray(u, dtype=np.float64))
+        return t - t.mean()
+
+    def _dt(self, c):
+        c = np.asarray(c, dtype=np.float64)
+        return self._rows.transpose_apply(c - c.mean())
+
+    def centred_gram(self):
+        """``D D^T`` (m, m), float64 (computed once)."""
+        if self._gram is None:
+            G = self._rows.gram()
+            G = G - G.mean(axis=0, keepdims=True)
+            G -= G.mean(axis=1, keepdims=True)
+            self._gram = 0.5 * (G + G.T)
+        return self._gram
+
+    def matvec(self, u):
+        """``V_hat u``: one forward-mode and one backward pass."""
+        if self.factor == 0.0:
+            return np.zeros_like(np.asarray(u, dtype=np.float64))
+        return self.factor * self._dt(self._d(u))
+
+    def shifted_solve(self, shift, scale, w):
+        """``(shift I + scale V_hat)^{-1} w`` by the Woodbury identity.
+
+        ``= (w - k D^T (shift I_m + k D D^T)^{-1} D w) / shift`` with ``k =
+        scale c``: an m x m Cholesky factorisation, one forward-mode and one
+        backward pass.  ``shift > 0`` and ``scale >= 0`` make the m x m
+        matrix positive definite; a non-finite Gram matrix (a diverging
+        chain) raises ``numpy.linalg.LinAlgError``.
+        """
+        from scipy.linalg import cho_factor, cho_solve
+
+        w = np.asarray(w, dtype=np.float64)
+        shift = float(shift)
+        k = float(scale) * self.factor
+        if k == 0.0:
+            return w / shift
+        M = k * self.centred_gram()
+        M[np.diag_indices_from(M)] += shift
+        if not np.all(np.isfinite(M)):
+            raise np.linalg.LinAlgError("non-finite gradient-noise Gram matrix")
+        z = cho_solve(cho_factor(M, lower=True, check_finite=False), self._d(w),
+                      check_finite=False)
+        return (w - k * self._dt(z)) / shift
+
+    def max_eigenvalue(self, n_iter=50, tol=1e-6):
+        """Largest eigenvalue of ``V_hat`` (power iteration on ``c D D^T``, m x m);
+        NaN if the Gram matrix is not finite (a diverging chain)."""
+        if self.factor == 0.0:
+            return 0.0
+        with np.errstate(over="ignore", invalid="ignore"):
+            G = self.centred_gram()
+        if not np.all(np.isfinite(G)):
+            return float("nan")
+        x = np.ones(G.shape[0]) / np.sqrt(G.shape[0])
+        x[::2] *= -1.0
+        lam = 0.0
+        for _ in range(n_iter):
+            y = G @ x
+            new = float(x @ y)
+            norm = float(np.linalg.norm(y))
+            if norm == 0.0 or not np.isfinite(norm):
+                return self.factor * max(new, 0.0) if np.isfinite(new) else float("nan")
+            x = y / norm
+            if abs(new - lam) <= tol * abs(new):
+                lam = new
+                break
+            lam = new
+        return self.factor * lam
 
 
 class ModelFullTarget:

@@ -324,6 +324,78 @@ class MLP:
                 delta *= _activation_slope(self.activation, a)
         return s1, s2
 
+    def gradient_gram(self, acts, delta, layers):
+        """Gram matrix ``G_ij = grad_i^T grad_j`` of the per-row gradients (float64, (rows, rows)).
+
+        ``grad_i`` is the gradient of the function whose derivative with
+        respect to row ``i``'s output pre-activation is ``delta[i]`` (the
+        log likelihood when ``delta`` is the output error), given the
+        forward pass ``acts`` and its cast weights ``layers``.  A layer's
+        per-row gradient is the outer product ``a_i delta_i^T`` (weights)
+        and ``delta_i`` (bias), so its contribution to the Gram matrix is
+        ``(Delta_l Delta_l^T) * (A_l A_l^T + 1)`` (elementwise): two
+        (rows, rows) products per layer, never the (rows, dim) per-row
+        gradients.  The input layer's ``X X^T`` dominates (``rows^2
+        n_features``).
+        """
+        m = delta.shape[0]
+        gram = np.zeros((m, m))
+        for layer in range(self.n_layers - 1, -1, -1):
+            a = acts[layer]
+            inner = np.asarray(a @ a.T, dtype=np.float64)
+            inner += 1.0
+            inner *= np.asarray(delta @ delta.T, dtype=np.float64)
+            gram += inner
+            if layer:
+                delta = delta @ layers[layer][0].T
+                delta *= _activation_slope(self.activation, a)
+        return gram
+
+    def loglik_grad_and_rows(self, theta, X, y, noise_precision=1.0):
+        """``loglik_and_grad`` plus linear maps of the per-row gradients.
+
+        Returns ``(ll, grad, rows)``; with ``J`` the (rows, dim) matrix of
+        per-row gradients ``grad log p(y_i | x_i, theta)`` (never formed),
+        ``rows`` has
+
+        * ``rows.apply(u)``: ``J u``, the per-row directional derivatives
+          (the forward-mode pass :meth:`tangent`, about one forward pass);
+        * ``rows.transpose_apply(c)``: ``J^T c``, the per-row gradients
+          summed with weights ``c`` (one backward pass with the output error
+          of row ``i`` scaled by ``c_i``);
+        * ``rows.gram()``: ``J J^T`` (:meth:`gradient_gram`).
+
+        These are what a minibatch estimate of the gradient-noise covariance
+        needs (Chen, Fox and Guestrin, 2014, eq. 6: ``V``, and §3.2:
+        ``B_hat = eps V_hat / 2``), at a cost independent of ``dim`` times
+        ``rows``.
+        """
+        layers = self.unpack(theta, self._dtype(X))
+        acts, z = self.forward(theta, X, layers)
+        ll, delta = self.output_loglik(z, y, noise_precision)
+        grad = self.backward(acts, delta, layers)
+        dt = acts[0].dtype
+        net = self
+
+        class _Rows:
+            n_rows = int(delta.shape[0])
+
+            @staticmethod
+            def apply(u):
+                dz = net.tangent(u, acts, layers)
+                return np.einsum("ij,ij->i", delta, dz, dtype=np.float64)
+
+            @staticmethod
+            def transpose_apply(c):
+                scaled = delta * np.asarray(c, dtype=dt)[:, None]
+                return net.backward(acts, scaled, layers)
+
+            @staticmethod
+            def gram():
+                return net.gradient_gram(acts, delta, layers)
+
+        return float(ll.sum()), grad, _Rows()
+
     def predict_output(self, theta, X):
         """Output pre-activation (logits or means), shape (n, n_outputs)."""
         return self.forward(theta, X)[1]
@@ -371,6 +443,12 @@ class MLPModel(ChunkedRowModel):
         derivatives for the stochastic bouncy particle sampler)."""
         return self.network.loglik_grad_and_tangent(theta, self.X[idx], self.y[idx],
                                                     noise_precision)
+
+    def loglik_grad_and_rows(self, theta, idx, noise_precision=1.0):
+        """:meth:`MLP.loglik_grad_and_rows` on rows ``idx`` (linear maps of the
+        per-row gradients, for the SG-HMC gradient-noise correction)."""
+        return self.network.loglik_grad_and_rows(theta, self.X[idx], self.y[idx],
+                                                 noise_precision)
 
     def sum_squared_residuals(self, theta):
         """``sum_i ||y_i - f(x_i)||^2`` over all rows (gaussian output), by chunks."""

@@ -41,18 +41,18 @@ it, so no stored draw ever lies outside the support.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple, cast
 
 import numpy as np
 
-from .metric import sample_momentum, velocity
+from .metric import Metric, sample_momentum, velocity
 
 if TYPE_CHECKING:
     from ._sg_typing import GradientEstimator
 
 
 __all__ = ["SGHMCState", "SGHMCInfo", "SGHMCParams", "make_params", "init", "step",
-           "to_sgd_momentum", "from_sgd_momentum"]
+           "step_noise_corrected", "to_sgd_momentum", "from_sgd_momentum"]
 
 
 class SGHMCState(NamedTuple):
@@ -188,6 +188,84 @@ def step(rng: np.random.Generator, state: SGHMCState, grad_estimator: GradientEs
                 kin = 0.5 * float(state.momentum @ velocity(state.momentum, metric))
                 return state, SGHMCInfo(True, kin, i + 1, (i + 1) * per_eval)
     kin = 0.5 * float(r @ velocity(r, metric))
+    n = params.n_integration_steps
+    return SGHMCState(theta, r), SGHMCInfo(False, kin, n, n * per_eval)
+
+
+def step_noise_corrected(rng: np.random.Generator, state: SGHMCState, grad_estimator,
+                         params: SGHMCParams) -> tuple[SGHMCState, SGHMCInfo]:
+    """One SG-HMC transition with the gradient-noise correction ``B_hat = eps V_hat / 2``.
+
+    Chen, Fox and Guestrin (2014, §3.2, eqs. 9-13) keep ``pi`` invariant
+    when the friction ``C`` dominates the gradient-noise diffusion ``B =
+    eps V / 2`` and the injected noise is ``N(0, 2 (C - B_hat) eps)``.  A
+    scalar friction cannot dominate ``B_hat`` along the stiff directions of a
+    network posterior (there ``eps^2 V / 2`` exceeds 1 at useful step
+    sizes), so here the friction is the *matrix* ``C = C0 I + B_hat`` with
+    ``B_hat`` estimated on each minibatch: the injected noise ``2 (C -
+    B_hat) eps = 2 C0 eps I`` is unchanged, the gradient noise supplies the
+    rest, and friction and total noise satisfy the fluctuation-dissipation
+    relation of eq. (13) in every direction (the paper's ``C >= B_hat``
+    holds by construction).
+
+    The friction is applied by a Crank-Nicolson (midpoint) step, unit mass::
+
+        theta <- theta + eps r
+        (I + eps C / 2) r' = (I - eps C / 2) r + eps g(theta) + N(0, 2 C0 eps I)
+
+    For an Ornstein-Uhlenbeck momentum with friction ``A = eps C`` and noise
+    covariance ``2 A`` this update leaves ``N(0, I)`` exactly invariant for
+    every positive semi-definite ``A`` (``(I + A/2)^{-1}(I - A/2)`` has
+    spectral radius < 1: unconditionally stable), whereas the explicit
+    ``r' = (I - A) r + ...`` of Algorithm 2 inflates the momentum variance by
+    ``2 / (2 - a)`` along an eigenvalue ``a`` of ``A`` and diverges at ``a >=
+    2``.  The linear solve is ``(shift I + scale V_hat)^{-1}`` with ``V_hat``
+    of rank < m (Woodbury; the estimator's ``shifted_solve``).
+
+    Parameters
+    ----------
+    grad_estimator : object
+        With ``grad_with_noise(position, rng) -> (g, noise)``, ``noise``
+        providing ``matvec(u)`` (``V_hat u``) and ``shifted_solve(shift,
+        scale, w)`` (:class:`~bayesian_subsample.likelihood.MinibatchGradientNoise`),
+        and ``n_obs_per_eval``.
+    params : SGHMCParams
+        Unit metric and a uniform friction ``C0`` with no ``B_hat`` (the
+        injected noise ``2 C0 eps``); :func:`make_params` builds it.
+
+    A non-finite value, or a Gram matrix that cannot be factorised, ends the
+    transition as a divergence (the start state is returned, as :func:`step`).
+    """
+    eps = params.step_size
+    C0 = np.asarray(params.friction, dtype=np.float64)
+    inv_mass = np.asarray(cast(Metric, params.metric).inverse_mass_matrix)
+    if C0.ndim != 1 or not np.all(C0 == C0[0]) or inv_mass.ndim != 1 or np.any(inv_mass != 1.0):
+        raise ValueError("step_noise_corrected needs a unit mass matrix and a uniform "
+                         "friction C0 (the Woodbury solve is for shift I + scale V_hat).")
+    a = eps * float(C0[0])
+    theta = state.position
+    r = sample_momentum(rng, params.metric) if params.resample_momentum else state.momentum
+    per_eval = int(grad_estimator.n_obs_per_eval)
+    in_support = getattr(grad_estimator, "in_support", None)
+    dim = len(theta)
+    k = 0.25 * eps * eps                 # eps C / 2 = a / 2 + (eps^2 / 4) V_hat
+    with np.errstate(over="ignore", invalid="ignore"):
+        for i in range(params.n_integration_steps):
+            theta = theta + eps * r
+            ok = bool(np.all(np.isfinite(theta)))
+            if ok:
+                g, noise = grad_estimator.grad_with_noise(theta, rng)
+                rhs = ((1.0 - 0.5 * a) * r - k * noise.matvec(r) + eps * g
+                       + _apply(params.noise_sqrt, rng.standard_normal(dim)))
+                try:
+                    r = noise.shifted_solve(1.0 + 0.5 * a, k, rhs)
+                except (np.linalg.LinAlgError, ValueError):
+                    ok = False
+            if not (ok and np.all(np.isfinite(theta)) and np.all(np.isfinite(r))
+                    and (in_support is None or in_support(theta))):
+                kin = 0.5 * float(state.momentum @ velocity(state.momentum, params.metric))
+                return state, SGHMCInfo(True, kin, i + 1, (i + 1) * per_eval)
+    kin = 0.5 * float(r @ r)
     n = params.n_integration_steps
     return SGHMCState(theta, r), SGHMCInfo(False, kin, n, n * per_eval)
 
