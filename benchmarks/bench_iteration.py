@@ -30,6 +30,14 @@ with single-threaded BLAS (as the chains run), and prints one JSON line per
 data size with the median ms per iteration of each and their ratio (median
 over ``--repeats`` alternating rounds, which damps a shared machine's noise).
 
+With numba installed the compiled kernel (``HMCECS(backend="numba")``,
+:func:`bayesian_subsample.samplers._ecs_compiled.run_iterations`: the same
+random numbers and decisions as the numpy kernel) is timed in the same
+rounds on the same problem: ``numba_ms_per_iteration``, its ratio to the
+numpy floor (below 1: the floor is interpreter-bound, the compiled loop is
+not) and its speed-up over the numpy kernel.  It is compiled (or loaded
+from numba's cache) before the clock starts.
+
     python benchmarks/bench_iteration.py                         # n = 1e5, 1e6, 1e7
     python benchmarks/bench_iteration.py --n 100000 --dtype float32
     python benchmarks/bench_iteration.py --profile 100000        # cProfile of the kernel
@@ -193,14 +201,25 @@ def step_size_for(est, theta, metric, n_steps, seed=1):
     return eps
 
 
-def time_pair(est, floor, theta, metric, eps, n_steps, n_iter, repeats, seed=2):
-    """Median ms per iteration of the kernel and of the floor, alternating rounds."""
+def time_pair(est, floor, theta, metric, eps, n_steps, n_iter, repeats, seed=2,
+              compiled=True):
+    """Median ms per iteration of the numpy kernel, of the floor and of the compiled
+    kernel (None without numba), alternating rounds."""
     params = hmc.HMCParams(eps, n_steps, metric, 1000.0)
     minv = metric.inverse_mass_matrix
-    rk, rf = np.random.default_rng(seed), np.random.default_rng(seed)
+    rk, rf, rc = (np.random.default_rng(seed) for _ in range(3))
     st = hmc_ecs.init(theta, est, rk)
     fx, (flp, fg) = theta.copy(), floor.estimate(theta)
-    kern, flo = [], []
+    run_iterations = None
+    if compiled:
+        try:
+            from bayesian_subsample.samplers._ecs_compiled import run_iterations
+        except ImportError:
+            pass
+    if run_iterations is not None:
+        sc = hmc_ecs.init(theta, est, rc)
+        sc, _, _ = run_iterations(rc, est, sc, params, 5)  # compile (or load the cache)
+    kern, flo, comp = [], [], []
     for _ in range(repeats):
         t = time.perf_counter()
         for _ in range(n_iter):
@@ -210,7 +229,12 @@ def time_pair(est, floor, theta, metric, eps, n_steps, n_iter, repeats, seed=2):
         for _ in range(n_iter):
             fx, flp, fg = floor.iteration(rf, fx, flp, fg, eps, n_steps, minv)
         flo.append((time.perf_counter() - t) / n_iter * 1e3)
-    return float(np.median(kern)), float(np.median(flo))
+        if run_iterations is not None:
+            t = time.perf_counter()
+            sc, _, _ = run_iterations(rc, est, sc, params, n_iter)
+            comp.append((time.perf_counter() - t) / n_iter * 1e3)
+    return (float(np.median(kern)), float(np.median(flo)),
+            float(np.median(comp)) if comp else None)
 
 
 def main(argv=None):
@@ -222,6 +246,8 @@ def main(argv=None):
     parser.add_argument("--n-steps", type=int, default=3)
     parser.add_argument("--n-iter", type=int, default=500)
     parser.add_argument("--repeats", type=int, default=11)
+    parser.add_argument("--no-compiled", action="store_true",
+                        help="skip the compiled kernel (HMCECS(backend='numba'))")
     parser.add_argument("--profile", type=int, default=None, metavar="N",
                         help="print a cProfile of 3000 kernel iterations at N rows and exit")
     args = parser.parse_args(argv)
@@ -251,13 +277,18 @@ def main(argv=None):
             floor = Floor(X, y, expansion, post.prior.precision, est.subsample_size,
                           est.n_blocks, np.random.default_rng(3),
                           getattr(est, "prefetch", 1))
-            kern, flo = time_pair(est, floor, theta, metric, eps, args.n_steps, args.n_iter,
-                                  args.repeats)
-            print(json.dumps({"n": n, "dtype": args.dtype, "m": est.subsample_size,
-                              "n_blocks": est.n_blocks, "n_steps": args.n_steps,
-                              "step_size": round(eps, 4), "ms_per_iteration": round(kern, 4),
-                              "floor_ms_per_iteration": round(flo, 4),
-                              "ratio": round(kern / flo, 3)}), flush=True)
+            kern, flo, comp = time_pair(est, floor, theta, metric, eps, args.n_steps,
+                                        args.n_iter, args.repeats,
+                                        compiled=not args.no_compiled)
+            line = {"n": n, "dtype": args.dtype, "m": est.subsample_size,
+                    "n_blocks": est.n_blocks, "n_steps": args.n_steps,
+                    "step_size": round(eps, 4), "ms_per_iteration": round(kern, 4),
+                    "floor_ms_per_iteration": round(flo, 4), "ratio": round(kern / flo, 3)}
+            if comp is not None:
+                line.update({"numba_ms_per_iteration": round(comp, 4),
+                             "numba_ratio_to_numpy_floor": round(comp / flo, 3),
+                             "numba_speedup_over_numpy": round(kern / comp, 2)})
+            print(json.dumps(line), flush=True)
             del X, y, post, est, floor
 
 

@@ -260,9 +260,13 @@ def test_hmc_without_metropolis_correction_fails_the_same_check(logistic_2d):
         _assert_matches(bad[:, 500:], mean, sd)
 
 
-def test_hmc_ecs_matches_quadrature_posterior(logistic_2d):
+@pytest.mark.parametrize("backend", ["numpy", "numba"])
+def test_hmc_ecs_matches_quadrature_posterior(logistic_2d, backend):
+    if backend == "numba":
+        pytest.importorskip("numba")
     post, (mean, sd) = logistic_2d
-    results = _chains(HMCECS(subsample_size=500, n_blocks=50), post)
+    results = _chains(HMCECS(subsample_size=500, n_blocks=50, backend=backend), post)
+    assert {r.extra["backend"] for r in results} == {backend}
     draws = np.stack([r.draws for r in results])
     # The perturbation of eq. (4.6) is driven by sigma2_hat; it is tiny here, so
     # no bias allowance beyond Monte Carlo error is needed.

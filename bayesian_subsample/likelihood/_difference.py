@@ -404,6 +404,60 @@ class DifferenceEstimator:
                 field[lo:hi] = old
         return sub
 
+    #: Family codes of :meth:`compiled_terms` (the compiled loop's ``fam``).
+    _FAMILY_CODES = {"LogisticFamily": 0, "GaussianFamily": 1, "PoissonFamily": 2}
+
+    def compiled_terms(self):
+        """What a compiled loop needs to evaluate this estimator, or why it cannot.
+
+        Returns ``(terms, None)`` or ``(None, reason)``.  ``terms`` holds the
+        family code (0 logistic, 1 Gaussian, 2 Poisson) and its constants
+        (``fam_a`` the Gaussian precision, ``fam_b`` its log normaliser),
+        ``n/m`` and ``n^2/m^2``, the population sum's theta*, value,
+        gradient and Hessian (zeros for orders 0 and 1, which gives the same
+        values as :meth:`TaylorExpansion.population_sum`), and the diagonal
+        Gaussian prior (``-precision`` and log normaliser).  Served: one
+        linear predictor with the GLM's weighting, those three families
+        (exactly those classes), the expansion's own population sum and the
+        :class:`GaussianPrior`
+        (``bayesian_subsample.samplers._ecs_compiled``).
+        """
+        from ..models._glm import GaussianFamily, LogisticFamily, PoissonFamily
+
+        model, ex = self.model, self.expansion
+        if type(self) is not DifferenceEstimator:
+            return None, f"{type(self).__name__} is not the difference estimator"
+        if self.n_linear_predictors != 1:
+            return None, "it serves models with one linear predictor per row (not multinomial)"
+        if getattr(type(model), "eta_terms", None) is not _GLM_ETA_TERMS:
+            return None, f"{type(model).__name__} overrides eta_terms"
+        family = getattr(model, "family", None)
+        if type(family) not in (LogisticFamily, GaussianFamily, PoissonFamily):
+            return None, ("it serves the logistic, Gaussian and Poisson families, not "
+                          f"{type(family).__name__}")
+        if type(ex).population_sum is not TaylorExpansion.population_sum:
+            return None, "the Taylor expansion overrides population_sum"
+        if self._gauss is None:
+            return None, f"it serves the diagonal Gaussian prior, not {type(self.prior).__name__}"
+        dim = len(np.asarray(ex.theta_star))
+        gaussian = type(family) is GaussianFamily
+        negprec, log_norm = self._gauss
+        terms = {
+            "fam": self._FAMILY_CODES[type(family).__name__],
+            "fam_a": float(family.curvature_bound) if gaussian else 0.0,
+            "fam_b": float(family._log_norm) if gaussian else 0.0,
+            "n_over_m": float(self._n_over_m), "n2m2": float(self._n2_over_m2),
+            "ts": np.asarray(ex.theta_star, dtype=np.float64),
+            "ll": float(ex.loglik),
+            "qa": (np.asarray(ex.grad, dtype=np.float64) if ex.order >= 1
+                   else np.zeros(dim)),
+            "qh": (np.ascontiguousarray(ex.hess, dtype=np.float64) if ex.order >= 2
+                   else np.zeros((dim, dim))),
+            "negprec": np.broadcast_to(np.asarray(negprec, dtype=np.float64), (dim,)).copy(),
+            "prior_log_norm": float(log_norm),
+        }
+        return terms, None
+
     def n_rows(self, sub):
         """Rows one evaluation on ``sub`` reads (``m``)."""
         return self.subsample_size

@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING, NamedTuple
 import numpy as np
 from scipy import linalg
 
-from . import hmc, hmc_ecs
+from . import _ecs_compiled, hmc, hmc_ecs
 from ._base import (
     ChainResult,
     Prepared,
@@ -418,6 +418,18 @@ class _HMCFamily(SamplerConfig):
             return constant_times(L, K)
         return chebyshev_times(m, L, K, rng)
 
+    def _driver(self, adapter, posterior):
+        """The chain driver: :func:`._driver.run`, or the compiled HMC-ECS loop
+        (:func:`._ecs_compiled.run_compiled`) when ``backend`` selects it for
+        this chain (:func:`._ecs_compiled.plan`)."""
+        backend = getattr(self, "backend", "numpy")
+        if type(adapter) is not _ECSAdapter:  # full-data HMC, signed HMC-ECS
+            return run
+        # A chain on the full data (m >= n) runs full-data HMC: plan() says numpy.
+        choice = _ecs_compiled.plan(backend, adapter.estimator, posterior.n_obs)
+        adapter.extra["backend"] = choice
+        return _ecs_compiled.run_compiled if choice == "numba" else run
+
     def _run(self, adapter, rng: np.random.Generator, posterior: TallPosterior,
              prepared: Prepared, n_warmup: int, n_draws: int, callback=None, stop=None,
              resume=None) -> ChainResult:
@@ -433,10 +445,11 @@ class _HMCFamily(SamplerConfig):
             adapter.restore(resume["adapter"], adapt.expansion)
             # The subsample is updated in place (hmc_ecs.update_subsample): the
             # continued chain gets its own copy, so the stored state stays valid.
-            out = run(_HMCChain(self, adapter, posterior, 0, n_draws), rng,
-                      copy.deepcopy(resume["state"]),
-                      adapt, 0, n_draws, posterior.dim, callback=callback, stop=stop,
-                      warm_up=False, first_draw=resume["iteration"])
+            driver = self._driver(adapter, posterior)
+            out = driver(_HMCChain(self, adapter, posterior, 0, n_draws), rng,
+                         copy.deepcopy(resume["state"]),
+                         adapt, 0, n_draws, posterior.dim, callback=callback, stop=stop,
+                         warm_up=False, first_draw=resume["iteration"])
             offset, snapshot = resume["iteration"], resume["adapter"]
         else:
             t_start = time.perf_counter()
@@ -452,9 +465,10 @@ class _HMCFamily(SamplerConfig):
             else:
                 eps = float(self.step_size)
             adapt = _HMCAdapt(eps, dual_averaging_init(eps), metric, expansion)
-            out = run(_HMCChain(self, adapter, posterior, n_warmup, n_draws), rng, state, adapt,
-                      n_warmup, n_draws, posterior.dim, callback=callback, stop=stop,
-                      n_done_before=n_warmup, t_start=t_start)
+            driver = self._driver(adapter, posterior)
+            out = driver(_HMCChain(self, adapter, posterior, n_warmup, n_draws), rng, state,
+                         adapt, n_warmup, n_draws, posterior.dim, callback=callback, stop=stop,
+                         n_done_before=n_warmup, t_start=t_start)
             out = out._replace(n_obs_evaluated_warmup=out.n_obs_evaluated_warmup + n_eval_init)
             offset, snapshot = 0, adapter.snapshot()
         adapt = out.adapt
@@ -675,6 +689,21 @@ class HMCECS(_HMCFamily):
 max_integration_steps, reference_fraction, divergence_threshold, \
 integration_time, chebyshev_cycle
         As for :class:`HMC`.
+    backend : {"auto", "numpy", "numba"}, default="auto"
+        ``"numba"`` runs the chain's iterations (subsample update, leapfrog
+        trajectory, dual averaging, draws) as one compiled loop
+        (:mod:`bayesian_subsample.samplers._ecs_compiled`; ``pip install
+        bayesian_subsample[fast]``) for the perturbed estimator on a GLM
+        with one linear predictor (logistic, Gaussian, Poisson) and a
+        diagonal Gaussian prior; it draws the same random numbers and makes
+        the same accept/reject decisions as the numpy kernel for the same
+        seed, its draws equal to rounding.  ``"numpy"`` is the reference
+        kernel.  ``"auto"`` compiles when numba is installed, the kernel
+        serves the chain and the data have at least 100,000 rows
+        (``_ecs_compiled.AUTO_MIN_ROWS``; smaller fits are mostly set-up and
+        keep the bit-reproducible numpy draws), and runs numpy otherwise
+        (signed estimator, multinomial models, other priors, full-data
+        chains).  ``sampler_info_[c]["backend"]`` says which ran.
 
     References
     ----------
@@ -693,7 +722,8 @@ integration_time, chebyshev_cycle
                  batch_size="auto", n_products="auto", lower_bound="auto", step_size="auto",
                  trajectory_length=1.2, target_accept=0.8, mass_matrix="dense",
                  max_integration_steps=1000, reference_fraction=0.01,
-                 divergence_threshold=1000.0, integration_time="fixed", chebyshev_cycle=None):
+                 divergence_threshold=1000.0, integration_time="fixed", chebyshev_cycle=None,
+                 backend="auto"):
         self.subsample_size = subsample_size
         self.n_blocks = n_blocks
         self.taylor_order = taylor_order
@@ -712,6 +742,7 @@ integration_time, chebyshev_cycle
         self.divergence_threshold = divergence_threshold
         self.integration_time = integration_time
         self.chebyshev_cycle = chebyshev_cycle
+        self.backend = backend
 
     def _taylor_order(self):
         return int(self.taylor_order)
@@ -727,6 +758,11 @@ integration_time, chebyshev_cycle
 
     def validate(self, n_obs):
         self._validate_common(n_obs)
+        _ecs_compiled.resolve_backend(self.backend)
+        if self.backend == "numba" and self.estimator == "signed":
+            raise ValueError('backend="numba" runs the perturbed estimator only; use '
+                             'estimator="perturbed", or backend="auto" or "numpy" for the '
+                             'signed one.')
         check_positive_int(self.n_blocks, "n_blocks")
         check_positive_int(self.min_subsample_size, "min_subsample_size")
         check_positive_float(self.target_loglik_var, "target_loglik_var")

@@ -1,0 +1,281 @@
+"""The compiled loops of :mod:`._ecs_compiled` (imported only when numba is).
+
+This module imports numba at the top: it is imported lazily by
+:func:`._ecs_compiled.kernel`, never by the package itself.  Every function
+is ``numba.njit(cache=True)``, so the machine code is written to numba's
+cache on first use and later processes load it (see
+``benchmarks/bench_iteration.py`` for the cold and warm costs).
+
+The arithmetic is that of :meth:`~bayesian_subsample.likelihood.DifferenceEstimator.evaluate`
+(eqs. 4.1-4.5 and 4.7 of Dang et al., 2019), of
+:func:`.hmc_ecs.update_subsample` (eq. 3.5 with the block proposal of §3.3),
+of :func:`.hmc.step` with :func:`.integrators.leapfrog_unguarded` (eqs.
+3.6-3.7) and of :func:`.adaptation.dual_averaging_update`, operation by
+operation where the order matters for rounding; the matrix-vector products
+are BLAS calls, as in numpy.  Random numbers come from the caller's
+:class:`numpy.random.Generator`, through numba's support for it (numpy's own
+algorithms on the same bit generator), in the order the numpy kernel draws
+them, including the draws it makes only conditionally.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numba
+import numpy as np
+
+_jit = numba.njit(cache=True, nogil=True)
+
+#: Family codes (see :func:`._ecs_compiled.family_code`).
+LOGISTIC, GAUSSIAN, POISSON = 0, 1, 2
+
+#: Columns of the per-draw statistics matrix written by :func:`segment`.
+(S_ACCEPT, S_DIVERGING, S_ENERGY, S_ENERGY_ERROR, S_LP, S_STEP, S_NSTEPS, S_NOBS, S_UACC,
+ S_LOGLIK_VAR) = range(10)
+N_STATS = 10
+
+
+@_jit
+def estimate(theta, Z, y, w, has_w, P, fam, fam_a, fam_b, n_over_m, n2m2, ts, ll, qa, qh,
+             negprec, prior_log_norm, d_buf, g_buf, grad_out):
+    """Perturbed log-posterior estimate at ``theta`` on the subsample ``(Z, y, w, P)``.
+
+    ``P`` holds ``eta*, a, b, c/2`` as rows (the packed layout of the
+    difference estimator).  Writes the gradient into ``grad_out`` and returns
+    ``(log L_hat + log p, sigma2_hat)``.
+    """
+    m = Z.shape[0]
+    eta = np.dot(Z, theta)
+    total = 0.0
+    for i in range(m):
+        e_i = eta[i]
+        delta = e_i - P[0, i]
+        yi = y[i]
+        if fam == 0:
+            e = math.exp(-abs(e_i))
+            ell = yi * e_i - (e_i if e_i > 0.0 else 0.0) - math.log1p(e)
+            r = 1.0 / (e + 1.0)
+            mu = r if e_i >= 0.0 else e * r
+            g = yi - mu
+        elif fam == 1:
+            resid = yi - e_i
+            ell = fam_b - 0.5 * fam_a * resid * resid
+            g = fam_a * resid
+        else:
+            mu = math.exp(e_i)
+            ell = yi * e_i - mu - math.lgamma(yi + 1.0)
+            g = yi - mu
+        if has_w:
+            ell = ell * w[i]
+            g = g * w[i]
+        hcd = P[3, i] * delta
+        slope = P[2, i] + hcd
+        d = ell - (P[1, i] + delta * slope)
+        d_buf[i] = d
+        g_buf[i] = g - (slope + hcd)
+        total += d
+    mean = total / m
+    ss = 0.0
+    for i in range(m):
+        dev = d_buf[i] - mean
+        ss += dev * dev
+        g_buf[i] = g_buf[i] * (n_over_m - dev * n2m2)
+    sigma2 = n2m2 * ss
+    gz = np.dot(Z.T, g_buf)
+    dq = theta - ts
+    hd = np.dot(qh, dq)
+    qsum = ll + np.dot(qa, dq) + np.dot(0.5 * dq, hd)
+    lp_prior = 0.0
+    for j in range(theta.shape[0]):
+        gp = negprec[j] * theta[j]
+        lp_prior += gp * theta[j]
+        grad_out[j] = gz[j] + (qa[j] + hd[j]) + gp
+    lp = prior_log_norm + 0.5 * lp_prior
+    return qsum + n_over_m * total - 0.5 * sigma2 + lp, sigma2
+
+
+@_jit
+def _all_finite(v):
+    for j in range(v.shape[0]):
+        if not math.isfinite(v[j]):
+            return False
+    return True
+
+
+@_jit
+def _velocity(minv, dense, p):
+    if dense:
+        return np.dot(minv, p)
+    return minv[0] * p
+
+
+@_jit
+def _kinetic(minv, dense, p):
+    v = _velocity(minv, dense, p)
+    return 0.5 * np.dot(p, v)
+
+
+@_jit
+def segment(rng, n_iter, warm, adapt_step, da, da_consts, step_size, n_steps_draw,
+            trajectory, max_steps, threshold,
+            idx, Z, y, w, has_w, P,
+            pblocks, pidx, pZ, py, pw, pP, pool_next,
+            theta, grad, scal,
+            minv, dense, msqrt,
+            fam, fam_a, fam_b, n_over_m, n2m2, ts, ll, qa, qh, negprec, prior_log_norm,
+            d_buf, g_buf, gprop, sidx, sZ, sy, sw, sP,
+            draws, stats, row0):
+    """Up to ``n_iter`` HMC-ECS iterations (Algorithm 1), in place.
+
+    Stops early, before an iteration, when the proposal pool is used up
+    (the caller refills it from the same generator, as the numpy kernel
+    does at that point).  ``warm``: warm-up iterations (dual averaging of
+    the step size when ``adapt_step``; ``da`` = log eps, log eps bar,
+    h bar, t, mu and the current step size, updated in place); otherwise draws, with
+    ``n_steps_draw[row0 + i]`` leapfrog steps and ``step_size``.  Row
+    ``row0 + i`` of ``stats`` (and of ``draws`` when drawing) receives
+    iteration ``i``.  Returns ``(iterations done, pool position)``.
+    """
+    m = Z.shape[0]
+    b = pidx.shape[1]
+    n_pool = pblocks.shape[0]
+    dim = theta.shape[0]
+    target_accept, gamma, t0, kappa = da_consts[0], da_consts[1], da_consts[2], da_consts[3]
+    lp = scal[0]
+    loglik_var = scal[1]
+    done = 0
+    for it in range(n_iter):
+        if pool_next >= n_pool:
+            break
+        if warm:
+            eps = da[5] if adapt_step else step_size
+            n_steps = math.ceil(trajectory / eps - 1e-9)
+            n_steps = min(max(n_steps, 1), max_steps)
+        else:
+            eps = step_size
+            n_steps = n_steps_draw[row0 + it]
+        # --- step 1: block update of the subsample (eq. 3.5), proposed in place
+        k = pool_next
+        pool_next += 1
+        lo = pblocks[k] * b
+        base = k * b
+        for r in range(b):
+            sidx[r] = idx[lo + r]
+            idx[lo + r] = pidx[k, r]
+            sy[r] = y[lo + r]
+            y[lo + r] = py[base + r]
+            if has_w:
+                sw[r] = w[lo + r]
+                w[lo + r] = pw[base + r]
+            for j in range(Z.shape[1]):
+                sZ[r, j] = Z[lo + r, j]
+                Z[lo + r, j] = pZ[base + r, j]
+            for q in range(4):
+                sP[q, r] = P[q, lo + r]
+                P[q, lo + r] = pP[q, base + r]
+        lp_prop, s2_prop = estimate(theta, Z, y, w, has_w, P, fam, fam_a, fam_b, n_over_m,
+                                    n2m2, ts, ll, qa, qh, negprec, prior_log_norm, d_buf,
+                                    g_buf, gprop)
+        u_acc = False
+        if math.isfinite(lp_prop):
+            u_rate = math.exp(min(0.0, lp_prop - lp))
+            if rng.random() < u_rate:
+                u_acc = True
+                lp = lp_prop
+                loglik_var = s2_prop
+                for j in range(dim):
+                    grad[j] = gprop[j]
+        else:
+            u_rate = 0.0
+        if not u_acc:
+            for r in range(b):
+                idx[lo + r] = sidx[r]
+                y[lo + r] = sy[r]
+                if has_w:
+                    w[lo + r] = sw[r]
+                for j in range(Z.shape[1]):
+                    Z[lo + r, j] = sZ[r, j]
+                for q in range(4):
+                    P[q, lo + r] = sP[q, r]
+        # --- step 2: HMC given the subsample (eqs. 3.6-3.7)
+        z = rng.standard_normal(dim)
+        if dense:
+            p0 = np.dot(msqrt, z)
+        else:
+            p0 = msqrt[0] * z
+        energy0 = -lp + _kinetic(minv, dense, p0)
+        half = 0.5 * eps
+        p = p0 + half * grad
+        x = theta
+        lp_x = np.nan
+        s2_x = 0.0
+        g_x = grad
+        diverged = False
+        n_evals = n_steps
+        last = n_steps - 1
+        for s in range(n_steps):
+            x = x + eps * _velocity(minv, dense, p)
+            g_x = np.empty(dim)
+            lp_x, s2_x = estimate(x, Z, y, w, has_w, P, fam, fam_a, fam_b, n_over_m, n2m2,
+                                  ts, ll, qa, qh, negprec, prior_log_norm, d_buf, g_buf, g_x)
+            if not (math.isfinite(lp_x) and _all_finite(g_x)):
+                diverged = True
+                n_evals = s + 1
+                break
+            p = p + (eps if s < last else half) * g_x
+        if diverged:
+            energy_error = np.inf
+        else:
+            energy_error = -lp_x + _kinetic(minv, dense, p) - energy0
+            if not math.isfinite(energy_error):
+                energy_error = np.inf
+        divergent = energy_error > threshold
+        acceptance = 0.0 if divergent else math.exp(min(0.0, -energy_error))
+        accepted = False
+        if not divergent:
+            accepted = rng.random() < acceptance
+        if accepted:
+            for j in range(dim):
+                theta[j] = x[j]
+                grad[j] = g_x[j]
+            lp = lp_x
+            loglik_var = s2_x
+            energy = energy0 + energy_error
+        else:
+            energy = energy0
+        row = row0 + it
+        stats[row, 0] = acceptance
+        stats[row, 1] = 1.0 if divergent else 0.0
+        stats[row, 2] = energy
+        stats[row, 3] = energy_error
+        stats[row, 4] = lp
+        stats[row, 6] = n_steps
+        stats[row, 7] = m + n_evals * m
+        stats[row, 8] = u_rate
+        stats[row, 9] = loglik_var
+        if warm:
+            if adapt_step:
+                # dual averaging (Hoffman and Gelman, 2014, eq. 6)
+                t = da[3] + 1.0
+                rate = acceptance if math.isfinite(acceptance) else 0.0
+                wt = 1.0 / (t + t0)
+                h_bar = (1.0 - wt) * da[2] + wt * (target_accept - rate)
+                log_eps = da[4] - math.sqrt(t) / gamma * h_bar
+                et = t ** (-kappa)
+                da[1] = et * log_eps + (1.0 - et) * da[1]
+                da[0] = log_eps
+                da[2] = h_bar
+                da[3] = t
+                da[5] = math.exp(log_eps)
+                stats[row, 5] = da[5]
+            else:
+                stats[row, 5] = eps
+        else:
+            stats[row, 5] = eps
+            for j in range(dim):
+                draws[row, j] = theta[j]
+        done += 1
+    scal[0] = lp
+    scal[1] = loglik_var
+    return done, pool_next

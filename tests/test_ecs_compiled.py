@@ -1,0 +1,169 @@
+"""The compiled HMC-ECS chain (``HMCECS(backend="numba")``) against the numpy kernel.
+
+For the same seed the compiled loop must consume the generator exactly as
+the numpy kernel does, make the same accept/reject decisions (subsample and
+HMC), count the same divergences and evaluations, and give draws equal to
+rounding (``_ecs_compiled`` module notes).  A deliberately different random
+stream is the negative control: the same comparison must fail.  The
+statistical check against the quadrature posterior runs both backends in
+``tests/test_samplers.py``.
+"""
+
+import numpy as np
+import pytest
+
+from bayesian_subsample.likelihood import TallPosterior
+from bayesian_subsample.models import GLM, GaussianPrior, PoissonFamily
+from bayesian_subsample.samplers import HMCECS, _ecs_compiled
+
+from .conftest import make_gaussian, make_logistic
+
+pytest.importorskip("numba")
+
+#: Relative agreement of the draws (to the posterior scale) after hundreds of
+#: iterations: rounding differences (BLAS and libm in another order) grow a
+#: little along the trajectories but stay many orders below Monte Carlo error.
+RTOL = 1e-10
+
+
+def _poisson(n=3000, d=3, seed=2, weights=True):
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((n, d))
+    y = rng.poisson(np.exp(0.2 + X @ rng.normal(0, 0.3, d))).astype(float)
+    w = rng.uniform(0.5, 2.0, n) if weights else None
+    model = GLM(X, y, PoissonFamily(), sample_weight=w)
+    return TallPosterior(model, GaussianPrior(np.full(model.dim, 5.0)))
+
+
+PROBLEMS = {
+    "logistic": lambda: (make_logistic(n=3000, d=4, seed=1), {}),
+    "logistic_weighted_diag": lambda: (make_logistic(n=3000, d=3, seed=4, weights=True),
+                                       {"mass_matrix": "diagonal", "n_blocks": 20}),
+    "logistic_order1_fixed_step": lambda: (make_logistic(n=2500, d=2, seed=6),
+                                           {"taylor_order": 1, "step_size": 0.3,
+                                            "subsample_size": 800}),
+    "gaussian_chebyshev": lambda: (make_gaussian(n=3000, d=3, seed=3),
+                                   {"integration_time": "chebyshev",
+                                    "mass_matrix": "diagonal"}),
+    "poisson_weighted": lambda: (_poisson(), {}),
+}
+
+
+def _run(post, backend, seed, n_warmup=150, n_draws=300, **kw):
+    config = HMCECS(backend=backend, **kw)
+    config.validate(post.n_obs)
+    prep = config.prepare(np.random.default_rng(0), post)
+    rng = np.random.default_rng(seed)
+    res = config.run_chain(rng, post, prep, n_warmup, n_draws)
+    # The next numbers of the generator: equal only if both consumed the same.
+    return res, rng.random(4)
+
+
+def _accepted(draws):
+    return np.any(np.diff(draws, axis=0) != 0, axis=1)
+
+
+def _assert_same_chain(a, b):
+    ra, tail_a = a
+    rb, tail_b = b
+    scale = np.std(ra.draws, axis=0) + np.abs(np.mean(ra.draws, axis=0))
+    assert ra.draws.shape == rb.draws.shape
+    assert np.all(np.abs(ra.draws - rb.draws) <= RTOL * scale), \
+        np.max(np.abs(ra.draws - rb.draws) / scale)
+    assert np.array_equal(_accepted(ra.draws), _accepted(rb.draws))
+    assert np.array_equal(ra.stats["diverging"], rb.stats["diverging"])
+    assert np.array_equal(ra.stats["n_steps"], rb.stats["n_steps"])
+    assert np.array_equal(ra.stats["n_obs_evaluated"], rb.stats["n_obs_evaluated"])
+    for name in ("acceptance_rate", "subsample_acceptance_rate", "step_size", "lp",
+                 "loglik_var", "energy"):
+        np.testing.assert_allclose(rb.stats[name], ra.stats[name], rtol=1e-8, atol=1e-10,
+                                   err_msg=name)
+    assert ra.n_obs_evaluated_warmup == rb.n_obs_evaluated_warmup
+    assert ra.n_obs_evaluated_sampling == rb.n_obs_evaluated_sampling
+    assert ra.n_divergent_warmup == rb.n_divergent_warmup
+    assert ra.step_size == pytest.approx(rb.step_size, rel=1e-9)
+    assert np.array_equal(tail_a, tail_b)
+
+
+@pytest.mark.parametrize("name", sorted(PROBLEMS))
+def test_compiled_chain_makes_the_numpy_kernels_decisions(name):
+    post, kw = PROBLEMS[name]()
+    a = _run(post, "numpy", 7, **kw)
+    b = _run(post, "numba", 7, **kw)
+    assert a[0].extra["backend"] == "numpy" and b[0].extra["backend"] == "numba"
+    # Both kinds of decision happen in these runs (else the check says little).
+    assert 0 < np.mean(_accepted(a[0].draws)) < 1
+    if not name.startswith("gaussian"):  # order 2 on a Gaussian model: sigma2 = 0
+        assert np.mean(a[0].stats["subsample_acceptance_rate"]) < 1
+    _assert_same_chain(a, b)
+
+
+def test_a_different_random_stream_fails_the_same_check():
+    """Negative control: the compiled chain with another seed."""
+    post, kw = PROBLEMS["logistic"]()
+    a = _run(post, "numpy", 7, **kw)
+    with pytest.raises(AssertionError):
+        _assert_same_chain(a, _run(post, "numba", 8, **kw))
+
+
+def test_divergences_are_counted_as_in_the_numpy_kernel():
+    """A step size far too large: non-finite or huge energy errors are
+    divergences, rejected and counted alike."""
+    post = make_logistic(n=3000, d=3, seed=9, prior_scale=100.0)
+    kw = {"step_size": 4.0, "mass_matrix": "diagonal"}
+    a = _run(post, "numpy", 3, n_warmup=20, n_draws=100, **kw)
+    b = _run(post, "numba", 3, n_warmup=20, n_draws=100, **kw)
+    assert a[0].stats["diverging"].sum() > 5
+    _assert_same_chain(a, b)
+
+
+def test_continued_chain_and_stop_and_callback():
+    post, kw = PROBLEMS["logistic"]()
+    config = HMCECS(backend="numba")
+    prep = config.prepare(np.random.default_rng(0), post)
+    seen = []
+    first = config.run_chain(np.random.default_rng(1), post, prep, 40, 30,
+                             callback=lambda i, div, eps: seen.append((i, div, eps)))
+    assert [s[0] for s in seen] == list(range(1, 71))
+    assert all(np.isfinite(s[2]) and s[2] > 0 for s in seen)
+    more = config.run_chain(np.random.default_rng(2), post, prep, 0, 20, resume=first.resume)
+    assert more.draws.shape == (20, post.dim) and not more.interrupted
+
+    class Flag:
+        calls = 0
+
+        def is_set(self):
+            Flag.calls += 1
+            return Flag.calls > 3
+
+    stopped = config.run_chain(np.random.default_rng(1), post, prep, 40, 30, stop=Flag())
+    assert stopped.interrupted and len(stopped.draws) == 0
+
+
+def test_backend_choice_and_errors(monkeypatch):
+    post = make_logistic(n=3000, d=2, seed=1)
+    with pytest.raises(ValueError, match="backend must be one of"):
+        HMCECS(backend="jax").validate(post.n_obs)
+    with pytest.raises(ValueError, match="perturbed estimator only"):
+        HMCECS(backend="numba", estimator="signed").validate(post.n_obs)
+    # auto keeps the numpy kernel below AUTO_MIN_ROWS rows.
+    res, _ = _run(post, "auto", 1, n_warmup=10, n_draws=10)
+    assert res.extra["backend"] == "numpy"
+    est = post.difference_estimator(post.expand(post.mode()[0]), 500)
+    assert _ecs_compiled.plan("auto", est, _ecs_compiled.AUTO_MIN_ROWS) == "numba"
+    assert _ecs_compiled.plan("auto", est, _ecs_compiled.AUTO_MIN_ROWS - 1) == "numpy"
+    monkeypatch.setattr(_ecs_compiled, "numba_available", lambda: False)
+    assert _ecs_compiled.plan("auto", est, 10**7) == "numpy"
+    with pytest.raises(ImportError, match="pip install numba"):
+        HMCECS(backend="numba").validate(post.n_obs)
+
+
+def test_unserved_models_fall_back_or_raise():
+    from bayesian_subsample.models import GaussianPrecisionPrior
+
+    post = make_logistic(n=3000, d=2, seed=1)
+    other = TallPosterior(post.model, GaussianPrecisionPrior(np.eye(post.dim) / 9.0))
+    est = other.difference_estimator(other.expand(other.mode()[0]), 500)
+    assert _ecs_compiled.plan("auto", est, 10**7) == "numpy"
+    with pytest.raises(ValueError, match="diagonal Gaussian prior"):
+        _ecs_compiled.plan("numba", est, 10**7)
