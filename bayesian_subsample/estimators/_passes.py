@@ -104,12 +104,15 @@ class JoblibChunkMap:
         send every full pass, and only full passes, through their chunk map).
     seconds : float
         Wall seconds spent in those calls.
+    times : list of float
+        Wall seconds of each call, in order.
     """
 
     def __init__(self, n_jobs=None):
         self.n_jobs = n_jobs
         self.n_passes = 0
         self.seconds = 0.0
+        self.times = []
 
     def __call__(self, fn, items):
         items = list(items)
@@ -123,8 +126,10 @@ class JoblibChunkMap:
             return Parallel(n_jobs=self.n_jobs, prefer="threads")(
                 delayed(_single_threaded)(fn, item) for item in items)
         finally:
+            took = time.perf_counter() - start
             self.n_passes += 1
-            self.seconds += time.perf_counter() - start
+            self.seconds += took
+            self.times.append(took)
 
 
 @contextlib.contextmanager

@@ -29,7 +29,7 @@ from ._model_target import (
     ModelMinibatchGradient,
     RowModel,
 )
-from ._full import FullDataTarget, TallPosterior, TaylorExpansion
+from ._full import CentreCheck, FullDataTarget, TallPosterior, TaylorExpansion
 from ._gradients import (
     ControlVariateGradient,
     MinibatchGradient,
@@ -39,6 +39,7 @@ from ._gradients import (
 
 __all__ = [
     "BlockPoissonEstimator",
+    "CentreCheck",
     "ConditionalTarget",
     "ControlVariateGradient",
     "DifferenceEstimator",

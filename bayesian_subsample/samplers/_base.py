@@ -38,6 +38,15 @@ class Prepared(NamedTuple):
     #: One entry per full pass of the Newton search for theta*
     #: (``TallPosterior.reference_expansion``'s ``log``: kind and decrement).
     newton_log: tuple = ()
+    #: theta* plus the Newton step of its expansion (the full-data mode to
+    #: second order), where the search stopped by the estimator's variance
+    #: (:class:`~bayesian_subsample.likelihood.CentreCheck`) rather than
+    #: at a decrement of 0.01; the pilot draws and the chains start around
+    #: it.  None otherwise (theta* itself is the mode estimate).
+    mode_estimate: object = None
+    #: Rows of the subset whose mode started the theta* search (None when
+    #: it started from all the data).
+    subset_size: object = None
 
 
 class ChainResult(NamedTuple):

@@ -305,8 +305,23 @@ _N_PILOT_DRAWS = 20
 #: passes over them are cheap, and their draws stay as they were).
 CHORD_MIN_SUBSET = 10_000
 
+#: Largest share of HMC-ECS's ``target_loglik_var`` that the distance of
+#: theta* from the mode may add to the log-likelihood estimator's variance
+#: before the theta* search refines it further
+#: (:class:`~bayesian_subsample.likelihood.CentreCheck`).
+CENTRE_VARIANCE_FRACTION = 0.1
 
-def subset_mode(config, rng, posterior):
+#: Largest subset (as a share of the rows) the theta* search grows its
+#: starting subset to when the check predicts that the larger subset's mode
+#: needs no chord pass (:func:`prepare_at_full_data_mode`).  Gathering rows
+#: spread over a memory-mapped file and the Newton iterations on them cost
+#: a fraction of a full pass per per cent of the rows (measured in
+#: ``doc/benchmarks.rst``), so beyond a few per cent a chord pass is cheaper.
+REFERENCE_FRACTION_MAX = 0.05
+_GROWTH_FACTORS = (1.5, 2.0, 3.0, 4.0, 5.0)
+
+
+def subset_mode(config, rng, posterior, return_idx=False):
     """The first theta*: the posterior mode of a random subset (Dang et al., §6.5).
 
     The subset has ``reference_fraction * n_obs`` observations (at least
@@ -314,21 +329,41 @@ def subset_mode(config, rng, posterior):
     ``n_obs / subset size``.  Returns ``(theta, n_obs_evaluated, hessian)``,
     ``hessian`` the subset's negative Hessian of the scaled log posterior at
     ``theta`` when the subset has at least :data:`CHORD_MIN_SUBSET` rows
-    (and is not all the data), else None.
+    (and is not all the data), else None.  With ``return_idx`` the subset's
+    indices follow (None for all the data).
     """
     n = posterior.n_obs
     n_sub = max(2000, math.ceil(config.reference_fraction * n))
     if n_sub >= n:
         theta, cost = posterior.mode(idx=None)
-        return theta, cost, None
+        return (theta, cost, None, None) if return_idx else (theta, cost, None)
     idx = np.sort(rng.choice(n, n_sub, replace=False))
     if n_sub < CHORD_MIN_SUBSET:
         theta, cost = posterior.mode(idx=idx)
-        return theta, cost, None
-    return posterior.mode(idx=idx, return_hessian=True)
+        hessian = None
+    else:
+        theta, cost, hessian = posterior.mode(idx=idx, return_hessian=True)
+    return (theta, cost, hessian, idx) if return_idx else (theta, cost, hessian)
 
 
-def prepare_at_full_data_mode(config, rng, posterior):
+def _grown_subset(check, theta0, n, size):
+    """The smallest subset size, at most :data:`REFERENCE_FRACTION_MAX` of the
+    data, whose mode the check predicts good enough as theta* without a chord
+    pass (None if the current subset's is, or if none is)."""
+    lam = check.subset_decrement(theta0)
+    if lam is None or check(theta0, lam):
+        return None
+    for factor in _GROWTH_FACTORS:
+        grown = int(math.ceil(factor * size))
+        if grown > REFERENCE_FRACTION_MAX * n:
+            return None
+        # The subset mode's sampling error shrinks like n / s - 1.
+        if check(theta0, lam * (n / grown - 1.0) / (n / size - 1.0)):
+            return grown
+    return None
+
+
+def prepare_at_full_data_mode(config, rng, posterior, centre_check=None):
     """The shared theta*: the subset mode refined by Newton steps on all the data.
 
     Done once per fit, before the chains are dispatched, with every pass a map
@@ -344,12 +379,46 @@ def prepare_at_full_data_mode(config, rng, posterior):
     variates and mass matrix) is the one of the last iterate, so no pass is
     repeated.  The decrements of the passes are kept in
     ``Prepared.newton_log`` (reported in ``sampler_info_``).
+
+    ``centre_check(posterior, hessian, idx)``, when given, builds the
+    :class:`~bayesian_subsample.likelihood.CentreCheck` that stops the search
+    by the variance of the sampler's estimator instead (on the chord path
+    only: from :data:`CHORD_MIN_SUBSET` subset rows); ``Prepared.mode_estimate``
+    is then theta* plus the Newton step of its expansion.
     """
-    theta0, cost, hessian = subset_mode(config, rng, posterior)
+    theta0, cost, hessian, idx = subset_mode(config, rng, posterior, return_idx=True)
     log = []
+    check = None
+    if hessian is not None and centre_check is not None:
+        check = centre_check(posterior, hessian, idx)
+        grown = _grown_subset(check, theta0, posterior.n_obs, len(idx))
+        if grown is not None:
+            # A larger subset whose mode is predicted to be good enough as
+            # theta* as it is: one order-2 pass instead of a chord pass
+            # before it.  Its rows are the old ones plus fresh ones; the
+            # search starts at the old mode.
+            both = np.concatenate([idx, rng.choice(posterior.n_obs, grown - len(idx),
+                                                   replace=False)])
+            both.sort()
+            idx = both[np.concatenate([[True], both[1:] != both[:-1]])]
+            theta0, cost_grown, hessian = posterior.mode(theta0=theta0, idx=idx,
+                                                         return_hessian=True)
+            cost += cost_grown
+            check = centre_check(posterior, hessian, idx)
     expansion, cost_newton, _ = posterior.reference_expansion(
-        theta0, config._taylor_order(), hessian=hessian, log=log)
-    return Prepared(expansion, cost + cost_newton, newton_log=tuple(log))
+        theta0, config._taylor_order(), hessian=hessian, log=log, check=check)
+    mode_estimate = None
+    if check is not None:
+        grad = expansion.grad + posterior.prior.logdensity_and_grad(expansion.theta_star)[1]
+        try:
+            mode_estimate = expansion.theta_star + np.linalg.solve(expansion.neg_hessian, grad)
+        except np.linalg.LinAlgError:
+            mode_estimate = None
+        if mode_estimate is not None and not np.all(np.isfinite(mode_estimate)):
+            mode_estimate = None
+    return Prepared(expansion, cost + cost_newton, newton_log=tuple(log),
+                    mode_estimate=mode_estimate,
+                    subset_size=None if idx is None else len(idx))
 
 
 class _HMCFamily(SamplerConfig):
@@ -455,7 +524,9 @@ class _HMCFamily(SamplerConfig):
             t_start = time.perf_counter()
             expansion = prepared.expansion
             metric = metric_from_mass_matrix(expansion.neg_hessian, self.mass_matrix == "dense")
-            position = expansion.theta_star + _laplace_offset(rng, metric)
+            start = getattr(prepared, "mode_estimate", None)
+            position = (expansion.theta_star if start is None else start) + \
+                _laplace_offset(rng, metric)
             state, n_eval_init = adapter.init(rng, position, prepared)
             if isinstance(self.step_size, str):
                 eps, k = find_reasonable_step_size(
@@ -803,16 +874,33 @@ integration_time, chebyshev_cycle
         chain's own switch, see :class:`_SignedECSAdapter`).  The result is
         in ``Prepared.tuning``.
         """
-        prepared = prepare_at_full_data_mode(self, rng, posterior)
+        prepared = prepare_at_full_data_mode(
+            self, rng, posterior,
+            centre_check=None if self.estimator == "signed" else self._centre_check(rng))
         ex = prepared.expansion
         metric = metric_from_mass_matrix(ex.neg_hessian, dense=True)
-        thetas = [ex.theta_star + _laplace_offset(rng, metric) for _ in range(_N_PILOT_DRAWS)]
+        centre = ex.theta_star if prepared.mode_estimate is None else prepared.mode_estimate
+        thetas = [centre + _laplace_offset(rng, metric) for _ in range(_N_PILOT_DRAWS)]
         tuning, cost = self._choose_m(rng, posterior, ex, thetas)
         if self.estimator == "signed":
             signed, cost_signed = self._tune_signed(rng, posterior, ex, thetas)
             tuning, cost = {"perturbed": tuning, "signed": signed}, cost + cost_signed
         return prepared._replace(n_obs_evaluated=prepared.n_obs_evaluated + cost,
                                  tuning=tuning)
+
+    def _centre_check(self, rng):
+        """The stopping rule of the theta* search (:class:`CentreCheck`): the
+        variance predicted at ``m`` = the smallest subsample this fit would use,
+        against ``target_loglik_var``; a centre may add at most
+        :data:`CENTRE_VARIANCE_FRACTION` of that target."""
+        def build(posterior, hessian, idx):
+            n = posterior.n_obs
+            m = (min(n, self.min_subsample_size) if self.subsample_size == "auto"
+                 else int(self.subsample_size))
+            return posterior.centre_check(hessian, idx, rng, m, self.target_loglik_var,
+                                          fraction=CENTRE_VARIANCE_FRACTION,
+                                          n_draws=_N_PILOT_DRAWS)
+        return build
 
     def _choose_m(self, rng, posterior, expansion, thetas):
         """``m`` for a log-likelihood estimator variance of about ``target_loglik_var``

@@ -90,8 +90,14 @@ class TallPosterior(Protocol):
 
     def reference_expansion(self, theta0: np.ndarray, order: int = 2, tol: float = 0.01,
                             max_iter: int = 20, hessian: np.ndarray | None = None,
-                            log: list | None = None) -> tuple[Expansion, int, int]:
+                            log: list | None = None,
+                            check: object | None = None) -> tuple[Expansion, int, int]:
         """Newton steps on all the data from ``theta0``: ``(expansion, evaluations, passes)``."""
+
+    def centre_check(self, hessian: np.ndarray, idx: np.ndarray, rng: np.random.Generator,
+                     subsample_size: int, target_var: float, fraction: float = 0.1,
+                     n_draws: int = 20) -> object:
+        """The variance rule that ends :meth:`reference_expansion`'s search."""
 
     def difference_estimator(self, expansion: Expansion, subsample_size: int,
                              n_blocks: int = 100) -> SubsampleEstimator: ...
