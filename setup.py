@@ -58,10 +58,12 @@ setup(
             "distributed",
             # tests/test_typecheck.py holds the samplers to their protocols.
             "mypy>=1.8",
-            # The compiled Gibbs kernel (tests/test_mrf.py checks it against numpy).
+            # The compiled Gibbs and HMC-ECS kernels (tests/test_mrf.py and
+            # tests/test_ecs_compiled.py check them against numpy).
             "numba>=0.60",
         ],
-        # The compiled Gibbs scan (GibbsSampler(backend="numba")).
+        # The compiled Gibbs scan (GibbsSampler(backend="numba")) and HMC-ECS
+        # chain (HMCECS(backend="numba"), used by "auto" from 10^5 rows).
         "fast": ["numba>=0.60"],
         "doc": [
             "sphinx>=7",

@@ -50,6 +50,10 @@ doc/benchmarks.rst for the numbers.
 
 import argparse
 import json
+import os
+import subprocess
+import sys
+import tempfile
 import time
 import warnings
 
@@ -61,12 +65,13 @@ from bayesian_subsample.diagnostics import ess_bulk, mcse_mean
 from bayesian_subsample.likelihood._full import TallPosterior
 from bayesian_subsample.models._glm import GLM, LogisticFamily
 from bayesian_subsample.models._prior import GaussianPrior
+from bayesian_subsample.samplers import HMCECS
 
 PRIOR_SCALE = 10.0
 
 
-def fit_ours(X, y, args):
-    est = BayesianLogisticRegression(sampler="hmc_ecs", prior_scale=PRIOR_SCALE,
+def fit_ours(X, y, args, backend="auto"):
+    est = BayesianLogisticRegression(sampler=HMCECS(backend=backend), prior_scale=PRIOR_SCALE,
                                      intercept_prior_scale=PRIOR_SCALE, n_chains=1,
                                      n_warmup=args.n_warmup, n_draws=args.n_draws, n_jobs=1,
                                      random_state=args.seed)
@@ -76,11 +81,31 @@ def fit_ours(X, y, args):
         est.fit(X, y)
     seconds = time.perf_counter() - start
     draws = est._all_draws()[0]  # (draw, dim): intercept first, as theta
-    return draws, seconds, {"subsample_size": int(est.subsample_size_[0]),
+    info = est.sampler_info_[0]
+    return draws, seconds, {"backend": info.get("backend"),
+                            "subsample_size": int(est.subsample_size_[0]),
                             "n_integration_steps": int(est.n_integration_steps_[0]),
                             "step_size": float(est.step_size_[0]),
+                            "setup_seconds": round(float(info.get("setup_seconds", np.nan)), 3),
                             "wall_time": est.wall_time_,
-                            "evaluations": est.evaluations_}
+                            "evaluations": est.evaluations_}, est
+
+
+def first_fit_in_new_process(args, cache_dir):
+    """Seconds of the first ``fit`` in a fresh Python process whose numba cache is
+    ``cache_dir`` (empty: the kernel is compiled; filled: it is loaded)."""
+    code = ("import sys, time, warnings, argparse; sys.path.insert(0, {root!r});"
+            "from benchmarks.bench_numpyro import fit_ours;"
+            "from bayesian_subsample.datasets import make_higgs_like;"
+            "X, y, _ = make_higgs_like(n_samples={n}, random_state={seed});"
+            "a = argparse.Namespace(n_warmup={nw}, n_draws={nd}, seed={seed});"
+            "d, s, info, _ = fit_ours(X, y, a, {backend!r}); print(s, info['backend'])").format(
+        root=os.path.dirname(os.path.dirname(os.path.abspath(__file__))), n=args.n,
+        seed=args.seed, nw=args.n_warmup, nd=args.n_draws, backend=args.backend)
+    env = dict(os.environ, NUMBA_CACHE_DIR=cache_dir)
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                         text=True, check=True).stdout.split()
+    return float(out[0]), out[1]
 
 
 def posterior_mode(X, y):
@@ -90,7 +115,7 @@ def posterior_mode(X, y):
     return post.mode()[0]
 
 
-def fit_numpyro(X, y, theta_star, args):
+def fit_numpyro(X, y, theta_star, args, more_runs=0):
     import jax
     import jax.numpy as jnp
     import numpyro
@@ -126,7 +151,16 @@ def fit_numpyro(X, y, theta_star, args):
     draws = np.asarray(mcmc.get_samples()["theta"])
     draws.sum()  # block until ready
     seconds = time.perf_counter() - start
-    return draws.astype(np.float64), seconds, float(sum(compile_s))
+    compile_total = float(sum(compile_s))
+    # More draws for the comparison of means only (not timed): the chain goes on
+    # from its last state with its adapted step size and mass matrix.
+    more = [draws]
+    for _ in range(more_runs):
+        mcmc.post_warmup_state = mcmc.last_state
+        mcmc.run(mcmc.post_warmup_state.rng_key, Xd, yd)
+        more.append(np.asarray(mcmc.get_samples()["theta"]))
+    return (draws.astype(np.float64), seconds, compile_total,
+            np.concatenate(more).astype(np.float64))
 
 
 def main(argv=None):
@@ -138,21 +172,38 @@ def main(argv=None):
     parser.add_argument("--numpyro-m", type=int, default=1300)
     parser.add_argument("--numpyro-blocks", type=int, default=100)
     parser.add_argument("--skip-numpyro", action="store_true")
+    parser.add_argument("--backend", default="auto", choices=["auto", "numba", "numpy"],
+                        help="HMCECS(backend=...) of our fit")
+    parser.add_argument("--means-draws", type=int, default=5000,
+                        help="draws per method for the comparison of means (the timed "
+                             "draws plus continued ones; not timed)")
+    parser.add_argument("--skip-first-fit", action="store_true",
+                        help="skip the cold- and warm-cache first fits in new processes")
     args = parser.parse_args(argv)
     X, y, _ = make_higgs_like(n_samples=args.n, random_state=args.seed)
-    # Warm the import and the worker pool outside the timing.
+    # Warm the imports, the worker pool and (when the timed fit runs compiled)
+    # the loading of the compiled kernel from numba's disk cache, outside the
+    # timing: a small fit with the backend the timed fit will use.
     Xw, yw, _ = make_higgs_like(n_samples=3000, n_features=3, random_state=1)
-    fit_ours(Xw, yw, argparse.Namespace(n_warmup=20, n_draws=20, seed=0))
-    ours, t_ours, info = fit_ours(X, y, args)
+    fit_ours(Xw, yw, argparse.Namespace(n_warmup=20, n_draws=20, seed=0),
+             "numba" if args.backend != "numpy" and _will_compile(args) else "numpy")
+    ours, t_ours, info, est = fit_ours(X, y, args, args.backend)
     ess = np.atleast_1d(ess_bulk(ours[None]))
     row = {"method": "ours", "n": args.n, "seconds": round(t_ours, 3),
            "min_ess": round(float(ess.min()), 1), "median_ess": round(float(np.median(ess)), 1),
            "min_ess_per_s": round(float(ess.min()) / t_ours, 2), **info}
+    if info["backend"] == "numba" and not args.skip_first_fit:
+        with tempfile.TemporaryDirectory() as cache:
+            cold, _ = first_fit_in_new_process(args, cache)
+            warm, _ = first_fit_in_new_process(args, cache)
+        row["first_fit_in_new_process_cold_cache_seconds"] = round(cold, 3)
+        row["first_fit_in_new_process_warm_cache_seconds"] = round(warm, 3)
     print(json.dumps(row), flush=True)
     if args.skip_numpyro:
         return
     theta_star = posterior_mode(X, y)
-    theirs, t_np, t_compile = fit_numpyro(X, y, theta_star, args)
+    more_runs = max(0, -(-args.means_draws // args.n_draws) - 1)
+    theirs, t_np, t_compile, theirs_all = fit_numpyro(X, y, theta_star, args, more_runs)
     ess_np = np.atleast_1d(ess_bulk(theirs[None]))
     excl = t_np - t_compile
     print(json.dumps({"method": "numpyro_hmcecs_nuts", "n": args.n, "seconds": round(t_np, 3),
@@ -163,21 +214,49 @@ def main(argv=None):
                       "min_ess_per_s": round(float(ess_np.min()) / t_np, 3),
                       "min_ess_per_s_excluding_compile": round(float(ess_np.min()) / excl, 3),
                       "subsample_size": args.numpyro_m}), flush=True)
-    dmean = np.abs(ours.mean(0) - theirs.mean(0)) / theirs.std(0)
-    mcse = np.sqrt(np.atleast_1d(mcse_mean(ours[None])) ** 2
-                   + np.atleast_1d(mcse_mean(theirs[None])) ** 2)
-    zmean = np.abs(ours.mean(0) - theirs.mean(0)) / mcse
+    ours_all = ours
+    if len(theirs_all) > len(ours):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            est.continue_sampling(X, y, len(theirs_all) - len(ours))
+        ours_all = est._all_draws()[0]
+    dmean = np.abs(ours_all.mean(0) - theirs_all.mean(0)) / theirs_all.std(0)
+    mcse = np.sqrt(np.atleast_1d(mcse_mean(ours_all[None])) ** 2
+                   + np.atleast_1d(mcse_mean(theirs_all[None])) ** 2)
+    zmean = np.abs(ours_all.mean(0) - theirs_all.mean(0)) / mcse
     ours_rate = float(ess.min()) / t_ours
-    print(json.dumps({
+    ratio = {
         "ratio": "ours / numpyro", "n": args.n,
         "min_ess_per_s_including_compile": round(ours_rate / (float(ess_np.min()) / t_np), 1),
         "min_ess_per_s_excluding_compile": round(ours_rate / (float(ess_np.min()) / excl), 1),
+    }
+    for key in ("first_fit_in_new_process_cold_cache_seconds",
+                "first_fit_in_new_process_warm_cache_seconds"):
+        if key in row:  # the same ratios with our first fit in a new process
+            rate = float(ess.min()) / row[key]
+            ratio[key.replace("_seconds", "_including_compile")] = round(
+                rate / (float(ess_np.min()) / t_np), 1)
+            ratio[key.replace("_seconds", "_excluding_compile")] = round(
+                rate / (float(ess_np.min()) / excl), 1)
+    ratio.update({
+        "means_draws_each": [len(ours_all), len(theirs_all)],
+        "means_min_ess_each": [round(float(np.min(ess_bulk(ours_all[None]))), 1),
+                               round(float(np.min(ess_bulk(theirs_all[None]))), 1)],
         "max_abs_mean_diff_over_sd": round(float(dmean.max()), 4),
         "median_abs_mean_diff_over_sd": round(float(np.median(dmean)), 4),
         "max_abs_mean_diff_over_mcse": round(float(zmean.max()), 2),
         "sd_ratio_range": [round(float(v), 3) for v in (
-            (ours.std(0) / theirs.std(0)).min(), (ours.std(0) / theirs.std(0)).max())],
-    }), flush=True)
+            (ours_all.std(0) / theirs_all.std(0)).min(),
+            (ours_all.std(0) / theirs_all.std(0)).max())],
+    })
+    print(json.dumps(ratio), flush=True)
+
+
+def _will_compile(args):
+    """Whether the timed fit runs the compiled kernel (HMCECS(backend=...) rules)."""
+    from bayesian_subsample.samplers._ecs_compiled import AUTO_MIN_ROWS, numba_available
+
+    return numba_available() and (args.backend == "numba" or args.n >= AUTO_MIN_ROWS)
 
 
 if __name__ == "__main__":

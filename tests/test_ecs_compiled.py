@@ -126,8 +126,13 @@ def test_continued_chain_and_stop_and_callback():
                              callback=lambda i, div, eps: seen.append((i, div, eps)))
     assert [s[0] for s in seen] == list(range(1, 71))
     assert all(np.isfinite(s[2]) and s[2] > 0 for s in seen)
-    more = config.run_chain(np.random.default_rng(2), post, prep, 0, 20, resume=first.resume)
-    assert more.draws.shape == (20, post.dim) and not more.interrupted
+    rng = np.random.default_rng(1)
+    part = config.run_chain(rng, post, prep, 40, 30)
+    more = config.run_chain(rng, post, prep, 0, 20, resume=part.resume)
+    whole = config.run_chain(np.random.default_rng(1), post, prep, 40, 50)
+    # A continued chain is the longer chain, bit for bit.
+    assert np.array_equal(np.vstack([part.draws, more.draws]), whole.draws)
+    assert np.array_equal(first.draws, part.draws)
 
     class Flag:
         calls = 0

@@ -142,7 +142,12 @@ class _Buffers:
         self.minv = np.ascontiguousarray(_as2d(metric.inverse_mass_matrix))
         self.msqrt = np.ascontiguousarray(_as2d(metric.mass_sqrt))
         m, b = estimator.subsample_size, estimator.block_size
-        self.d_buf, self.g_buf, self.gprop = np.empty(m), np.empty(m), np.empty(dim)
+        self.d_cur, self.g_cur, self.d_try, self.g_try, self.coef = (
+            np.empty(m) for _ in range(5))
+        #: Whether d_cur, g_cur hold the current state's per-row terms.
+        self.cache_ok = np.zeros(1, dtype=np.int64)
+        self.gprop = np.empty(dim)
+        self.sd, self.sg = np.empty(b), np.empty(b)
         sub = state.subsample
         self.sidx = np.empty(b, dtype=sub.indices.dtype)
         self.sZ = np.empty((b, sub.Z.shape[1]), dtype=sub.Z.dtype)
@@ -212,8 +217,9 @@ class _Loop:
             pool.w if pool.w is not None else np.empty(0), packed_pool, pool.next,
             buf.theta, buf.grad, buf.scal, buf.minv, buf.dense, buf.msqrt,
             t["fam"], t["fam_a"], t["fam_b"], t["n_over_m"], t["n2m2"], t["ts"], t["ll"],
-            t["qa"], t["qh"], t["negprec"], t["prior_log_norm"], buf.d_buf, buf.g_buf,
-            buf.gprop, buf.sidx, buf.sZ, buf.sy, buf.sw, buf.sP, draws, stats, row0)
+            t["qa"], t["qh"], t["negprec"], t["prior_log_norm"], buf.d_cur, buf.g_cur,
+            buf.d_try, buf.g_try, buf.coef, buf.cache_ok, buf.gprop, buf.sidx, buf.sZ, buf.sy,
+            buf.sw, buf.sP, buf.sd, buf.sg, draws, stats, row0)
         pool.next = int(nxt)
         return int(done)
 

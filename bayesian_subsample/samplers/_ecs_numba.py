@@ -37,26 +37,25 @@ N_STATS = 10
 
 
 @_jit
-def estimate(theta, Z, y, w, has_w, P, fam, fam_a, fam_b, n_over_m, n2m2, ts, ll, qa, qh,
-             negprec, prior_log_norm, d_buf, g_buf, grad_out):
-    """Perturbed log-posterior estimate at ``theta`` on the subsample ``(Z, y, w, P)``.
+def row_terms(theta, Z, y, w, has_w, P, fam, fam_a, fam_b, lo, hi, d_arr, g_arr):
+    """``d_i = ell_i - q_i`` and ``g_i = d d_i / d eta_i`` (eqs. 4.1, 4.4) of rows
+    ``lo:hi`` at ``theta``, written into ``d_arr`` and ``g_arr``.
 
     ``P`` holds ``eta*, a, b, c/2`` as rows (the packed layout of the
-    difference estimator).  Writes the gradient into ``grad_out`` and returns
-    ``(log L_hat + log p, sigma2_hat)``.
+    difference estimator).  Returns the sum of the ``d_i`` written.
     """
-    m = Z.shape[0]
-    eta = np.dot(Z, theta)
+    eta = np.dot(Z[lo:hi], theta)
     total = 0.0
-    for i in range(m):
-        e_i = eta[i]
+    for r in range(hi - lo):
+        i = lo + r
+        e_i = eta[r]
         delta = e_i - P[0, i]
         yi = y[i]
         if fam == 0:
             e = math.exp(-abs(e_i))
             ell = yi * e_i - (e_i if e_i > 0.0 else 0.0) - math.log1p(e)
-            r = 1.0 / (e + 1.0)
-            mu = r if e_i >= 0.0 else e * r
+            rr = 1.0 / (e + 1.0)
+            mu = rr if e_i >= 0.0 else e * rr
             g = yi - mu
         elif fam == 1:
             resid = yi - e_i
@@ -72,17 +71,32 @@ def estimate(theta, Z, y, w, has_w, P, fam, fam_a, fam_b, n_over_m, n2m2, ts, ll
         hcd = P[3, i] * delta
         slope = P[2, i] + hcd
         d = ell - (P[1, i] + delta * slope)
-        d_buf[i] = d
-        g_buf[i] = g - (slope + hcd)
+        d_arr[i] = d
+        g_arr[i] = g - (slope + hcd)
         total += d
+    return total
+
+
+@_jit
+def combine(theta, Z, d_arr, g_arr, coef, n_over_m, n2m2, ts, ll, qa, qh, negprec,
+            prior_log_norm, grad_out):
+    """The estimate (eqs. 4.1-4.5) and its gradient (4.7) from the per-row
+    ``d_i`` and ``g_i`` of the whole subsample, plus the control variates'
+    population sum and the diagonal Gaussian prior.  Writes the gradient into
+    ``grad_out`` (``coef`` is scratch) and returns ``(log L_hat + log p,
+    sigma2_hat)``."""
+    m = Z.shape[0]
+    total = 0.0
+    for i in range(m):
+        total += d_arr[i]
     mean = total / m
     ss = 0.0
     for i in range(m):
-        dev = d_buf[i] - mean
+        dev = d_arr[i] - mean
         ss += dev * dev
-        g_buf[i] = g_buf[i] * (n_over_m - dev * n2m2)
+        coef[i] = g_arr[i] * (n_over_m - dev * n2m2)
     sigma2 = n2m2 * ss
-    gz = np.dot(Z.T, g_buf)
+    gz = np.dot(Z.T, coef)
     dq = theta - ts
     hd = np.dot(qh, dq)
     qsum = ll + np.dot(qa, dq) + np.dot(0.5 * dq, hd)
@@ -93,6 +107,16 @@ def estimate(theta, Z, y, w, has_w, P, fam, fam_a, fam_b, n_over_m, n2m2, ts, ll
         grad_out[j] = gz[j] + (qa[j] + hd[j]) + gp
     lp = prior_log_norm + 0.5 * lp_prior
     return qsum + n_over_m * total - 0.5 * sigma2 + lp, sigma2
+
+
+@_jit
+def estimate(theta, Z, y, w, has_w, P, fam, fam_a, fam_b, n_over_m, n2m2, ts, ll, qa, qh,
+             negprec, prior_log_norm, d_arr, g_arr, coef, grad_out):
+    """The perturbed log-posterior estimate at ``theta`` on the whole subsample:
+    :func:`row_terms` of every row, then :func:`combine`."""
+    row_terms(theta, Z, y, w, has_w, P, fam, fam_a, fam_b, 0, Z.shape[0], d_arr, g_arr)
+    return combine(theta, Z, d_arr, g_arr, coef, n_over_m, n2m2, ts, ll, qa, qh, negprec,
+                   prior_log_norm, grad_out)
 
 
 @_jit
@@ -124,7 +148,7 @@ def segment(rng, n_iter, warm, adapt_step, da, da_consts, step_size, n_steps_dra
             theta, grad, scal,
             minv, dense, msqrt,
             fam, fam_a, fam_b, n_over_m, n2m2, ts, ll, qa, qh, negprec, prior_log_norm,
-            d_buf, g_buf, gprop, sidx, sZ, sy, sw, sP,
+            d_cur, g_cur, d_try, g_try, coef, cache_ok, gprop, sidx, sZ, sy, sw, sP, sd, sg,
             draws, stats, row0):
     """Up to ``n_iter`` HMC-ECS iterations (Algorithm 1), in place.
 
@@ -144,6 +168,11 @@ def segment(rng, n_iter, warm, adapt_step, da, da_consts, step_size, n_steps_dra
     target_accept, gamma, t0, kappa = da_consts[0], da_consts[1], da_consts[2], da_consts[3]
     lp = scal[0]
     loglik_var = scal[1]
+    if cache_ok[0] == 0:
+        # d_i and g_i of the current subsample at the current theta, kept up to
+        # date below: the subsample update then evaluates only its new block.
+        row_terms(theta, Z, y, w, has_w, P, fam, fam_a, fam_b, 0, m, d_cur, g_cur)
+        cache_ok[0] = 1
     done = 0
     for it in range(n_iter):
         if pool_next >= n_pool:
@@ -174,9 +203,14 @@ def segment(rng, n_iter, warm, adapt_step, da, da_consts, step_size, n_steps_dra
             for q in range(4):
                 sP[q, r] = P[q, lo + r]
                 P[q, lo + r] = pP[q, base + r]
-        lp_prop, s2_prop = estimate(theta, Z, y, w, has_w, P, fam, fam_a, fam_b, n_over_m,
-                                    n2m2, ts, ll, qa, qh, negprec, prior_log_norm, d_buf,
-                                    g_buf, gprop)
+        # The estimate at the current theta on the proposed subsample: the rows
+        # outside the new block have the d_i, g_i of the current one.
+        for r in range(b):
+            sd[r] = d_cur[lo + r]
+            sg[r] = g_cur[lo + r]
+        row_terms(theta, Z, y, w, has_w, P, fam, fam_a, fam_b, lo, lo + b, d_cur, g_cur)
+        lp_prop, s2_prop = combine(theta, Z, d_cur, g_cur, coef, n_over_m, n2m2, ts, ll, qa,
+                                   qh, negprec, prior_log_norm, gprop)
         u_acc = False
         if math.isfinite(lp_prop):
             u_rate = math.exp(min(0.0, lp_prop - lp))
@@ -190,6 +224,8 @@ def segment(rng, n_iter, warm, adapt_step, da, da_consts, step_size, n_steps_dra
             u_rate = 0.0
         if not u_acc:
             for r in range(b):
+                d_cur[lo + r] = sd[r]
+                g_cur[lo + r] = sg[r]
                 idx[lo + r] = sidx[r]
                 y[lo + r] = sy[r]
                 if has_w:
@@ -218,7 +254,8 @@ def segment(rng, n_iter, warm, adapt_step, da, da_consts, step_size, n_steps_dra
             x = x + eps * _velocity(minv, dense, p)
             g_x = np.empty(dim)
             lp_x, s2_x = estimate(x, Z, y, w, has_w, P, fam, fam_a, fam_b, n_over_m, n2m2,
-                                  ts, ll, qa, qh, negprec, prior_log_norm, d_buf, g_buf, g_x)
+                                  ts, ll, qa, qh, negprec, prior_log_norm, d_try, g_try, coef,
+                                  g_x)
             if not (math.isfinite(lp_x) and _all_finite(g_x)):
                 diverged = True
                 n_evals = s + 1
@@ -239,6 +276,9 @@ def segment(rng, n_iter, warm, adapt_step, da, da_consts, step_size, n_steps_dra
             for j in range(dim):
                 theta[j] = x[j]
                 grad[j] = g_x[j]
+            for i in range(m):  # the end point's d_i, g_i are the current ones now
+                d_cur[i] = d_try[i]
+                g_cur[i] = g_try[i]
             lp = lp_x
             loglik_var = s2_x
             energy = energy0 + energy_error
