@@ -31,6 +31,12 @@ printed with:
   pass) and Newton decrement of each pass of the theta* search;
   ``fit_over_read``, ``setup_over_read``: the fit's and the set-up's
   seconds in units of ``read_s``; ``load_avg_1min`` before the size;
+* ``setup_pass_times``: seconds of each set-up pass; ``setup_subset_size``:
+  rows of the subset whose mode started the theta* search;
+  ``posterior_mean``, ``posterior_sd``: per coefficient (intercept first),
+  to compare two versions' draws; ``busy_neighbour``: whether
+  ``--busy-neighbour`` ran ``yes > /dev/null`` (one core held by another
+  process) through the whole invocation, reads and fits alike;
 * when 10^6 rows ran earlier in the same invocation (the default and the
   check of issue 15: ``--n 1000000 100000000``), ``budget_s`` = 3
   ``read_s`` + 2 ``fit_s`` of 10^6 rows and ``within_budget``.
@@ -41,6 +47,7 @@ file is deleted afterwards; smaller sizes are float32 arrays in memory.
 
     python benchmarks/bench_scale.py                          # 1e5, 1e6, 1e7 (~10 min)
     python benchmarks/bench_scale.py --n 100000000 --n-warmup 300 --n-draws 500
+    python benchmarks/bench_scale.py --n 1000000 100000000 --busy-neighbour  # issue 15, busy
     python benchmarks/bench_scale.py --n 100000000 --keep-data   # then, reusing the file:
     PYTHONPATH=/other/checkout python benchmarks/bench_scale.py --n 100000000 --keep-data
     python benchmarks/bench_scale.py --plot doc/_static/bench_scale.png \\
@@ -252,6 +259,9 @@ def run_size(n, args, earlier=()):
             "max_abs_mean_minus_truth_over_sd": round(float(np.max(np.abs(mean - truth) / sd)),
                                                        3),
             "rss_anon_peak_mb": mem.summary_mb(),
+            "busy_neighbour": bool(args.busy_neighbour),
+            "posterior_mean": [float(f"{v:.6g}") for v in mean],
+            "posterior_sd": [float(f"{v:.6g}") for v in sd],
         }
         reported = (getattr(est, "sampler_info_", None) or [{}])[0]
         if "validation_seconds" in reported:
@@ -263,9 +273,11 @@ def run_size(n, args, earlier=()):
                                     if isinstance(v, (int, float, str, bool, list, dict))}
                                    for d in info]
             row["setup_newton"] = [
-                {"kind": step["kind"], "decrement": (None if step["decrement"] is None
-                                                     else float(f"{step['decrement']:.3g}"))}
+                {key: (float(f"{value:.3g}") if isinstance(value, float) else value)
+                 for key, value in step.items()}
                 for step in info[0].get("setup_newton", [])]
+            row["setup_pass_times"] = [round(t, 3) for t in info[0].get("setup_pass_times", [])]
+            row["setup_subset_size"] = info[0].get("setup_subset_size")
         row.update(fit_over_read=round(fit_s / read_s, 2),
                    setup_over_read=round(timers.seconds["setup"] / read_s, 2),
                    load_avg_1min=round(load, 2))
@@ -274,6 +286,9 @@ def run_size(n, args, earlier=()):
             budget = 3 * read_s + 2 * small[-1]["fit_s"]
             row.update(budget_s=round(budget, 3), within_budget=bool(fit_s <= budget))
         # Kernel and floor side by side at this fit's m, L and step size.
+        if args.skip_kernel:
+            print(json.dumps(row), flush=True)
+            return row
         with threadpool_limits(1):
             from bayesian_subsample.likelihood._full import TallPosterior
             from bayesian_subsample.models._glm import GLM, LogisticFamily
@@ -290,10 +305,11 @@ def run_size(n, args, earlier=()):
             floor = Floor(X, y, expansion, posterior.prior.precision,
                           kernel_est.subsample_size, kernel_est.n_blocks,
                           np.random.default_rng(3), getattr(kernel_est, "prefetch", 1))
-            kern, flo = time_pair(kernel_est, floor, theta_star, metric,
+            kern, flo, comp = time_pair(kernel_est, floor, theta_star, metric,
                                   float(est.step_size_[0]), L, args.n_iter, args.repeats)
         row.update(kernel_ms=round(kern, 4), floor_ms=round(flo, 4),
-                   ratio=round(kern / flo, 3))
+                   ratio=round(kern / flo, 3),
+                   compiled_ms=None if comp is None else round(comp, 4))
         print(json.dumps(row), flush=True)
         return row
     finally:
@@ -350,6 +366,11 @@ def main(argv=None):
     parser.add_argument("--plot", default=None, help="save the cost-against-n figure here")
     parser.add_argument("--from-results", default=None,
                         help="plot these JSON lines instead of running")
+    parser.add_argument("--skip-kernel", action="store_true",
+                        help="skip the side-by-side kernel and floor timing after each fit")
+    parser.add_argument("--busy-neighbour", action="store_true",
+                        help="run `yes > /dev/null` (one core busy) from before the first "
+                             "size to after the last: issue 15's busy-neighbour check")
     args = parser.parse_args(argv)
     if args.from_results:
         with open(args.from_results) as fh:
@@ -364,9 +385,20 @@ def main(argv=None):
         warnings.simplefilter("ignore")
         BayesianLogisticRegression(n_chains=args.n_chains, n_jobs=args.n_jobs, n_warmup=10,
                                    n_draws=10, random_state=0).fit(Xw, yw)
-    rows = []
-    for n in args.n:
-        rows.append(run_size(n, args, rows))
+    neighbour = None
+    if args.busy_neighbour:
+        import subprocess
+
+        neighbour = subprocess.Popen(["yes"], stdout=subprocess.DEVNULL)
+        time.sleep(1.0)  # let it take its core before anything is timed
+    try:
+        rows = []
+        for n in args.n:
+            rows.append(run_size(n, args, rows))
+    finally:
+        if neighbour is not None:
+            neighbour.kill()
+            neighbour.wait()
 
 
 if __name__ == "__main__":

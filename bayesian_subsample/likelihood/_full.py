@@ -482,13 +482,15 @@ class TallPosterior:
                                    lower_bound=lower_bound, n_blocks=n_blocks)
         return tuned, len(idx) * (len(thetas) + 1)
 
-    def difference_variance(self, expansion, thetas, rng, n_pilot=20000):
+    def difference_variance(self, expansion, thetas, rng, n_pilot=20000, pilot=None):
         """Per-observation variance of ``d_k(theta) = ell_k - q_k`` at each theta.
 
         The variance of the difference estimator (4.1) with ``m`` draws is
         ``sigma^2(theta) = n^2 V(theta) / m`` where ``V`` is the population
         variance of the ``d_k(theta)``; this returns ``V`` estimated on a pilot
-        random subset of ``n_pilot`` observations (all of them if fewer).
+        random subset of ``n_pilot`` observations (all of them if fewer), or,
+        with ``pilot`` (a :class:`CentreCheck`), on that check's pilot rows
+        (random rows gathered already; no new gather).
 
         Returns
         -------
@@ -498,9 +500,14 @@ class TallPosterior:
         from ._difference import DifferenceEstimator
 
         n = self.n_obs
-        idx = np.arange(n) if n <= n_pilot else rng.choice(n, n_pilot, replace=False)
-        est = DifferenceEstimator(self.model, self.prior, expansion, len(idx), n_blocks=1)
-        sub = est._subsample_from(idx)
+        if pilot is not None:
+            idx = pilot._rows[0]
+            est = DifferenceEstimator(self.model, self.prior, expansion, len(idx), n_blocks=1)
+            sub = est._with_coefficients(*pilot._rows)
+        else:
+            idx = np.arange(n) if n <= n_pilot else rng.choice(n, n_pilot, replace=False)
+            est = DifferenceEstimator(self.model, self.prior, expansion, len(idx), n_blocks=1)
+            sub = est._subsample_from(idx)
         out = np.empty(len(thetas))
         for i, theta in enumerate(thetas):
             d, _ = est.differences(np.asarray(theta, dtype=float), sub)
@@ -564,8 +571,9 @@ class TallPosterior:
         Newton steps carry on as without ``check``.  ``tol`` still ends the
         search where the check has not.  On tall data this drops the passes
         whose only effect is a smaller variance nobody needs (measured in
-        ``doc/benchmarks.rst``: from 10^6 rows two passes instead of five,
-        at 10^8 two instead of three).
+        ``doc/benchmarks.rst``: at 10^6 rows two passes instead of five; at
+        10^8 two instead of three from the 1% subset, one from the 1.5%
+        subset that HMC-ECS grows to when the check predicts it suffices).
 
         ``log``, when given, is a list that receives one dict per pass made
         (``kind``: ``"chord"``, ``"newton"`` or ``"backtrack"``, and the
@@ -714,7 +722,33 @@ class TallPosterior:
             prev_value, prev_decrement = value, decrement
         return theta, passes, None
 
-    def mode(self, theta0=None, idx=None, max_iter=50, tol=1e-8, return_hessian=False):
+    def subset_rows(self, idx):
+        """The rows of observations ``idx`` as :meth:`mode` evaluates them
+        many times (``model.subset_rows``, else ``model.rows``): pass them
+        back as ``mode(..., rows=)`` to search again without a new gather."""
+        gather = getattr(self.model, "subset_rows", self.model.rows)
+        return gather(idx)
+
+    @staticmethod
+    def join_rows(first, second):
+        """The rows of ``idx_a`` then ``idx_b`` from :meth:`subset_rows` of each
+        (a tuple of per-row arrays, ``None`` entries kept), or None if the
+        model's rows are not such a tuple."""
+        if not (isinstance(first, tuple) and isinstance(second, tuple)
+                and len(first) == len(second)):
+            return None
+        out = []
+        for a, b in zip(first, second):
+            if a is None and b is None:
+                out.append(None)
+            elif isinstance(a, np.ndarray) and isinstance(b, np.ndarray):
+                out.append(np.concatenate([a, b]))
+            else:
+                return None
+        return tuple(out)
+
+    def mode(self, theta0=None, idx=None, max_iter=50, tol=1e-8, return_hessian=False,
+             rows=None):
         """Posterior mode by damped Newton iterations.
 
         With ``idx`` given, the mode of the posterior whose log-likelihood is
@@ -738,6 +772,9 @@ class TallPosterior:
             :meth:`reference_expansion` takes for its chord steps (which need
             only a Hessian near the mode).
 
+        ``rows``: the rows of ``idx`` gathered before (:meth:`subset_rows`),
+        used instead of a new gather.
+
         Without ``theta0`` the iterations start at ``prior.initial_position()``
         when the prior has that method, else at zero.
         """
@@ -750,8 +787,8 @@ class TallPosterior:
         scale = 1.0 if idx is None else self.n_obs / len(idx)
         n_eval = 0
         per_pass = self.n_obs if idx is None else len(idx)
-        gather = getattr(self.model, "subset_rows", self.model.rows)
-        rows = None if idx is None else gather(idx)
+        if rows is None and idx is not None:
+            rows = self.subset_rows(idx)
         neg_hessian = None
 
         def objective(th, order):

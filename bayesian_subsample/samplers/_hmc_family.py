@@ -11,7 +11,13 @@ Tuning follows Dang et al. (2019, §6.3):
   fit, before the chains start* (:func:`prepare_at_full_data_mode`), and
   theta*, ``M`` and the control-variate sums are shared by all chains and
   never recomputed in a chain (issue 15: every full pass once per fit).
-  Measured effect on the draws: see ``doc/hmc_ecs.rst``;
+  Measured effect on the draws: see ``doc/hmc_ecs.rst``.  HMC-ECS stops that
+  search by its estimator's variance, not at a fixed decrement: theta* is
+  refined only while the variance of the difference estimator predicted at
+  the next point is above :data:`CENTRE_VARIANCE_FRACTION` of
+  ``target_loglik_var`` (the control variates are unbiased for any theta*;
+  Dang et al. 2019, eq. 4.1-4.4), growing the
+  starting subset when that saves a pass (:func:`prepare_at_full_data_mode`);
 * the step size is tuned by dual averaging to an average acceptance
   probability of 0.8 for a fixed trajectory length ``eps L = 1.2``, so the
   number of leapfrog steps is ``L = ceil(1.2 / eps)``;
@@ -340,10 +346,11 @@ def subset_mode(config, rng, posterior, return_idx=False):
     idx = np.sort(rng.choice(n, n_sub, replace=False))
     if n_sub < CHORD_MIN_SUBSET:
         theta, cost = posterior.mode(idx=idx)
-        hessian = None
+        hessian, rows = None, None
     else:
-        theta, cost, hessian = posterior.mode(idx=idx, return_hessian=True)
-    return (theta, cost, hessian, idx) if return_idx else (theta, cost, hessian)
+        rows = posterior.subset_rows(idx)
+        theta, cost, hessian = posterior.mode(idx=idx, return_hessian=True, rows=rows)
+    return (theta, cost, hessian, idx, rows) if return_idx else (theta, cost, hessian)
 
 
 def _grown_subset(check, theta0, n, size):
@@ -372,7 +379,8 @@ def prepare_at_full_data_mode(config, rng, posterior, centre_check=None):
     :meth:`~bayesian_subsample.likelihood.TallPosterior.reference_expansion`):
     from a subset of at least :data:`CHORD_MIN_SUBSET` rows, chord steps with
     the subset's Hessian on order-1 passes and one order-2 pass at the end
-    (two order-1 and one order-2 pass at 10^8 rows); on smaller data one or
+    (two order-1 and one order-2 pass at 10^8 rows with the 0.01 tolerance;
+    one order-2 pass with HMC-ECS's variance rule); on smaller data one or
     two order-2 Newton passes.  Either way once per fit, against the one
     pass per chain and refinement point the chains used to spend moving
     theta* to their own warm-up draws.  The expansion at theta* (control
@@ -384,9 +392,15 @@ def prepare_at_full_data_mode(config, rng, posterior, centre_check=None):
     :class:`~bayesian_subsample.likelihood.CentreCheck` that stops the search
     by the variance of the sampler's estimator instead (on the chord path
     only: from :data:`CHORD_MIN_SUBSET` subset rows); ``Prepared.mode_estimate``
-    is then theta* plus the Newton step of its expansion.
+    is then theta* plus the Newton step of its expansion.  If the check
+    rejects the subset's mode as theta* but predicts that the mode of a
+    larger subset (at most :data:`REFERENCE_FRACTION_MAX` of the rows) would
+    pass, fresh rows are added and the mode re-solved from the old one
+    (:func:`_grown_subset`): one order-2 pass then replaces a chord pass and
+    the order-2 pass after it (at 10^8 rows: 1.5% of the rows, measured in
+    ``doc/benchmarks.rst``).
     """
-    theta0, cost, hessian, idx = subset_mode(config, rng, posterior, return_idx=True)
+    theta0, cost, hessian, idx, rows = subset_mode(config, rng, posterior, return_idx=True)
     log = []
     check = None
     if hessian is not None and centre_check is not None:
@@ -397,14 +411,17 @@ def prepare_at_full_data_mode(config, rng, posterior, centre_check=None):
             # theta* as it is: one order-2 pass instead of a chord pass
             # before it.  Its rows are the old ones plus fresh ones; the
             # search starts at the old mode.
-            both = np.concatenate([idx, rng.choice(posterior.n_obs, grown - len(idx),
-                                                   replace=False)])
-            both.sort()
-            idx = both[np.concatenate([[True], both[1:] != both[:-1]])]
+            fresh = np.sort(rng.choice(posterior.n_obs, grown - len(idx), replace=False))
+            pos = np.minimum(np.searchsorted(idx, fresh), len(idx) - 1)
+            fresh = fresh[idx[pos] != fresh]  # (idx is sorted) not already in the subset
+            # Only the fresh rows are gathered; the subset's are reused.
+            rows = posterior.join_rows(rows, posterior.subset_rows(fresh))
+            idx = np.concatenate([idx, fresh])
             theta0, cost_grown, hessian = posterior.mode(theta0=theta0, idx=idx,
-                                                         return_hessian=True)
+                                                         return_hessian=True, rows=rows)
             cost += cost_grown
-            check = centre_check(posterior, hessian, idx)
+            check = centre_check(posterior, hessian, np.sort(idx))
+    del rows
     expansion, cost_newton, _ = posterior.reference_expansion(
         theta0, config._taylor_order(), hessian=hessian, log=log, check=check)
     mode_estimate = None
@@ -874,14 +891,16 @@ integration_time, chebyshev_cycle
         chain's own switch, see :class:`_SignedECSAdapter`).  The result is
         in ``Prepared.tuning``.
         """
-        prepared = prepare_at_full_data_mode(
-            self, rng, posterior,
-            centre_check=None if self.estimator == "signed" else self._centre_check(rng))
+        build = None if self.estimator == "signed" else self._centre_check(rng)
+        prepared = prepare_at_full_data_mode(self, rng, posterior, centre_check=build)
         ex = prepared.expansion
         metric = metric_from_mass_matrix(ex.neg_hessian, dense=True)
         centre = ex.theta_star if prepared.mode_estimate is None else prepared.mode_estimate
         thetas = [centre + _laplace_offset(rng, metric) for _ in range(_N_PILOT_DRAWS)]
-        tuning, cost = self._choose_m(rng, posterior, ex, thetas)
+        # The check's pilot rows (random rows of the subset, gathered already)
+        # serve the pilot for m too.
+        tuning, cost = self._choose_m(rng, posterior, ex, thetas,
+                                      pilot=None if build is None else build.last)
         if self.estimator == "signed":
             signed, cost_signed = self._tune_signed(rng, posterior, ex, thetas)
             tuning, cost = {"perturbed": tuning, "signed": signed}, cost + cost_signed
@@ -897,12 +916,14 @@ integration_time, chebyshev_cycle
             n = posterior.n_obs
             m = (min(n, self.min_subsample_size) if self.subsample_size == "auto"
                  else int(self.subsample_size))
-            return posterior.centre_check(hessian, idx, rng, m, self.target_loglik_var,
-                                          fraction=CENTRE_VARIANCE_FRACTION,
-                                          n_draws=_N_PILOT_DRAWS)
+            build.last = posterior.centre_check(hessian, idx, rng, m, self.target_loglik_var,
+                                                fraction=CENTRE_VARIANCE_FRACTION,
+                                                n_draws=_N_PILOT_DRAWS)
+            return build.last
+        build.last = None  # the last check built (its pilot rows serve _choose_m)
         return build
 
-    def _choose_m(self, rng, posterior, expansion, thetas):
+    def _choose_m(self, rng, posterior, expansion, thetas, pilot=None):
         """``m`` for a log-likelihood estimator variance of about ``target_loglik_var``
         at the upper quartile of ``V(theta)`` over ``thetas`` (module notes)."""
         n = posterior.n_obs
@@ -910,7 +931,10 @@ integration_time, chebyshev_cycle
             return {"subsample_size": int(self.subsample_size), "extra": {}}, 0
         if n <= self.min_subsample_size:
             return {"subsample_size": n, "extra": {}}, 0  # the floor is all the data
-        var, cost = posterior.difference_variance(expansion, thetas, rng)
+        if pilot is None:
+            var, cost = posterior.difference_variance(expansion, thetas, rng)
+        else:
+            var, cost = posterior.difference_variance(expansion, thetas, rng, pilot=pilot)
         required = n * n * float(np.quantile(var, 0.75)) / self.target_loglik_var
         extra = {"required_subsample_size": required,
                  "expected_loglik_var_at_min_size": required * self.target_loglik_var

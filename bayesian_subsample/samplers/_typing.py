@@ -84,7 +84,14 @@ class TallPosterior(Protocol):
 
     def full_target(self) -> DifferentiableTarget: ...
 
-    def mode(self, theta0=None, idx=None, return_hessian: bool = False) -> tuple: ...
+    def mode(self, theta0=None, idx=None, return_hessian: bool = False,
+             rows: object = None) -> tuple: ...
+
+    def subset_rows(self, idx: np.ndarray) -> object:
+        """The rows of ``idx``, for ``mode(..., rows=)``."""
+
+    def join_rows(self, first: object, second: object) -> object:
+        """The rows of two subsets in one (None if the rows cannot be joined)."""
 
     def expand(self, theta_star: np.ndarray, order: int = 2) -> Expansion: ...
 
@@ -103,7 +110,8 @@ class TallPosterior(Protocol):
                              n_blocks: int = 100) -> SubsampleEstimator: ...
 
     def difference_variance(self, expansion: Expansion, thetas, rng,
-                            n_pilot: int = 20000) -> tuple[np.ndarray, int]: ...
+                            n_pilot: int = 20000,
+                            pilot: object = None) -> tuple[np.ndarray, int]: ...
 
     def block_poisson_estimator(self, expansion: Expansion, batch_size: int, n_products: int,
                                 lower_bound: float, n_refresh: int = 1) -> SubsampleEstimator:
