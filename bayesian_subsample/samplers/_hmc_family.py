@@ -336,13 +336,14 @@ def subset_mode(config, rng, posterior, return_idx=False):
     ``hessian`` the subset's negative Hessian of the scaled log posterior at
     ``theta`` when the subset has at least :data:`CHORD_MIN_SUBSET` rows
     (and is not all the data), else None.  With ``return_idx`` the subset's
-    indices follow (None for all the data).
+    indices and, on the chord path, their gathered rows follow (None for all
+    the data, and rows None off the chord path).
     """
     n = posterior.n_obs
     n_sub = max(2000, math.ceil(config.reference_fraction * n))
     if n_sub >= n:
         theta, cost = posterior.mode(idx=None)
-        return (theta, cost, None, None) if return_idx else (theta, cost, None)
+        return (theta, cost, None, None, None) if return_idx else (theta, cost, None)
     idx = np.sort(rng.choice(n, n_sub, replace=False))
     if n_sub < CHORD_MIN_SUBSET:
         theta, cost = posterior.mode(idx=idx)
