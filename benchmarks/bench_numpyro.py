@@ -5,11 +5,20 @@ Same data, model and prior for both: HIGGS-like logistic regression
 plus an intercept), prior ``N(0, 10^2)`` on every coefficient and the
 intercept, one chain, 1000 warm-up iterations and 1000 draws.
 
-* ``ours``: ``BayesianLogisticRegression(sampler="hmc_ecs")`` with its
-  defaults (automatic theta*, subsample size and step size; fixed
-  trajectory length).  The time is the whole ``fit``: input validation,
-  the set-up passes over the data (theta*, control-variate sums, mass
-  matrix, the pilot for m), warm-up and sampling.
+* ``ours``: ``BayesianLogisticRegression(sampler=HMCECS(backend=...))``
+  with its defaults (automatic theta*, subsample size and step size; fixed
+  trajectory length; ``--backend auto``, which runs the compiled kernel at
+  these sizes when numba is installed).  The time is the whole ``fit``:
+  input validation, the set-up passes over the data (theta*,
+  control-variate sums, mass matrix, the pilot for m), warm-up and
+  sampling.  Before it a small fit with the same backend warms the imports,
+  the worker pool and, for the compiled kernel, numba's import and the load
+  of the kernel from its disk cache.  With the compiled kernel the line
+  also gives the first fit in a new Python process with an empty numba
+  cache (``first_fit_in_new_process_cold_cache_seconds``: compilation, once
+  per installation) and with the cache filled (``..._warm_cache_seconds``:
+  numba's import and the cache load, once per process), and the last line
+  the ratios those give.
 * ``numpyro``: ``HMCECS(NUTS(model), num_blocks=100,
   proxy=HMCECS.taylor_proxy(theta*))`` with ``m = 1300`` (the settings of
   NumPyro's HIGGS example), NUTS with a diagonal mass matrix and target
@@ -25,9 +34,14 @@ smallest of the 30 over the wall time.  The last line gives the ratios, the
 largest ``|mean_ours - mean_numpyro| / sd_numpyro`` over the coefficients,
 and the largest of the same differences in units of their Monte Carlo
 standard error ``sqrt(mcse_ours^2 + mcse_numpyro^2)``
-(:func:`bayesian_subsample.diagnostics.mcse_mean`): with about 800 ESS each,
-one difference has a standard error near 0.05 sd, so the largest of 30 is
-typically 0.1-0.15 sd from Monte Carlo error alone.
+(:func:`bayesian_subsample.diagnostics.mcse_mean`).  The means are compared
+on ``--means-draws`` (5000) draws per method, not on the timed 1000: with
+about 800 ESS each one difference has a standard error near 0.05 sd and the
+largest of 30 is typically 0.1-0.15 sd from Monte Carlo error alone, so
+"within 0.1 sd" could not be judged.  The extra draws continue both timed
+chains (NumPyro's from its last state with its adapted kernel, ours by
+``continue_sampling``); they are not timed and do not enter the ESS per
+second.
 
 Reproduce (NumPyro and JAX live in their own environment, never as a
 dependency of this package; this package is taken from the repository on
@@ -41,7 +55,7 @@ dependency of this package; this package is taken from the repository on
 ``PYTHONPATH=.`` matters: the package installed in that environment may be
 another checkout.  A fresh environment: ``python3 -m venv /tmp/venv-numpyro``,
 ``/tmp/venv-numpyro/bin/pip install numpyro jax`` and ``pip install -e .``
-(this package's dependencies).  One run at 10^6 rows takes about a minute on
+(this package's dependencies).  One run at 10^6 rows takes about two minutes on
 a quiet 2-core machine, most of it NumPyro.
 
 Measured with numpyro 0.22.0 and jax 0.10.2 on a shared 2-core machine; see
