@@ -141,8 +141,9 @@ def test_continued_chain_and_stop_and_callback():
             Flag.calls += 1
             return Flag.calls > 3
 
-    stopped = config.run_chain(np.random.default_rng(1), post, prep, 40, 30, stop=Flag())
+    stopped = config.run_chain(np.random.default_rng(1), post, prep, 400, 30, stop=Flag())
     assert stopped.interrupted and len(stopped.draws) == 0
+    assert Flag.calls == 4  # checked before each segment of SEGMENT iterations
 
 
 def test_backend_choice_and_errors(monkeypatch):

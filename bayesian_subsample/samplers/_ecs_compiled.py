@@ -64,7 +64,7 @@ BACKENDS = ("numpy", "numba", "auto")
 AUTO_MIN_ROWS = 100_000
 
 #: Iterations between stop checks and progress callbacks when either is given.
-SEGMENT = 16
+SEGMENT = 64
 
 _STATS_COLUMNS = ("acceptance_rate", "diverging", "energy", "energy_error", "lp", "step_size",
                   "n_steps", "n_obs_evaluated", "subsample_acceptance_rate", "loglik_var")
