@@ -307,7 +307,11 @@ class BayesianLogisticRegression(ClassifierMixin, ClassifierPredictiveMixin, _GL
         prior on every class (no reference class; see the class docstring)."""
         n_classes = len(self.classes_)
         if n_classes == 2:
-            return super()._build_posterior(X, y.astype(np.float64), sample_weight)
+            # 0/1 codes in a compact integer dtype stay so (the GLM widens
+            # them per gather and chunk): no 8-byte copy of every label.
+            compact = isinstance(y, np.ndarray) and y.dtype.kind in "biu"
+            return super()._build_posterior(X, y if compact else y.astype(np.float64),
+                                            sample_weight)
         self._check_softmax_sampler()
         model = MultinomialGLM(X, y, n_classes, sample_weight=sample_weight,
                                fit_intercept=self.fit_intercept)

@@ -331,7 +331,7 @@ class BasisGLM(GLM):
     def rows(self, idx):
         """Expanded design rows, targets and weights of observations ``idx``."""
         wr = None if self.sample_weight is None else self.sample_weight[idx]
-        return self.expand(self.X[idx]), self.y[idx], wr
+        return self.expand(self.X[idx]), self.labels(idx), wr
 
     def chunk_rows(self, start, stop):
         """Expanded design rows, targets and weights of the block ``start:stop``.
@@ -350,7 +350,7 @@ class BasisGLM(GLM):
                     Z.flags.writeable = False
                     self._cache[key] = Z
                     self._cache_nbytes += Z.nbytes
-        return Z, self.y[start:stop], wr
+        return Z, self.labels(slice(start, stop)), wr
 
 
 class MultinomialBasisGLM(BasisGLM, MultinomialGLM):

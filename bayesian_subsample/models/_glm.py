@@ -344,7 +344,19 @@ class GLM:
         # A lazy row source (``lazy_rows``: a chunked array on a cluster, see
         # ``estimators/_dask.py``) is kept as it is: its rows are gathered on
         # demand and its full passes run where the data live.
-        self.y = y if getattr(y, "lazy_rows", False) else np.asarray(y, dtype=np.float64)
+        #: True when ``y`` is kept as compact integer codes (e.g. int8 0/1
+        #: labels of a tall binary fit: 1 byte a row instead of 8, and that
+        #: much less to hand to the chain workers); every gather and chunk
+        #: then widens its labels to float64 (exactly), so the sums and the
+        #: draws are those of a float64 ``y``.
+        self.widen_labels = False
+        if getattr(y, "lazy_rows", False):
+            self.y = y
+        elif (isinstance(y, np.ndarray) and y.dtype.kind in "biu"
+              and y.dtype.itemsize < 8):
+            self.y, self.widen_labels = y, True
+        else:
+            self.y = np.asarray(y, dtype=np.float64)
         self.family = family
         self.sample_weight = (
             None if sample_weight is None
@@ -385,7 +397,13 @@ class GLM:
         if self.deferred_scan is not None:
             self.deferred_scan(_max_abs(Xr))
         wr = None if self.sample_weight is None else self.sample_weight[idx]
-        return Xr, self.y[idx], wr
+        return Xr, self.labels(idx), wr
+
+    def labels(self, sel):
+        """``y[sel]`` as the likelihood reads it: float64 (widened exactly
+        from compact integer codes, see :attr:`widen_labels`)."""
+        yr = self.y[sel]
+        return yr.astype(np.float64) if self.widen_labels else yr
 
     def subset_rows(self, idx):
         """The rows of ``idx`` for sums evaluated many times over one subset
@@ -400,7 +418,7 @@ class GLM:
             if self.deferred_scan is not None:
                 self.deferred_scan(_max_abs(Xr))
             wr = None if self.sample_weight is None else self.sample_weight[idx]
-            return Xr, self.y[idx], wr
+            return Xr, self.labels(idx), wr
         return self.rows(idx)
 
     def chunks(self):
@@ -421,7 +439,7 @@ class GLM:
         if not (isinstance(Xr, np.ndarray) and Xr.dtype == np.float32):
             Xr = np.asarray(Xr, dtype=np.float64)
         wr = None if self.sample_weight is None else self.sample_weight[start:stop]
-        return Xr, self.y[start:stop], wr
+        return Xr, self.labels(slice(start, stop)), wr
 
     @staticmethod
     def _float32_blocks(Xr, yr, wr):
@@ -518,7 +536,7 @@ class GLM:
             Xr = self.X[idx]
             if self.deferred_scan is not None:
                 self.deferred_scan(_max_abs(Xr))
-            yr = self.y[idx]
+            yr = self.labels(idx)
             wr = None if self.sample_weight is None else self.sample_weight[idx]
         else:
             Xr, yr, wr = self.rows(idx)
