@@ -42,7 +42,15 @@ in worker processes (one run of the script for all four on 2 cores), each
 worker appending its JSON lines to ``--out``; tuning trials already in
 ``--out`` (same grid value and ``--tune-passes``) are reused, not repeated.  ``--max-minutes`` stops a
 method early and the curves so far are kept (the JSON says how many passes
-were done).
+were done).  ``--noise-correction fisher`` runs SG-HMC with Chen et al.'s
+``B_hat = eta V_hat / 2`` (``ModelSG``'s ``noise_correction``; the final
+line gives the largest eigenvalue of ``B_hat`` per pass, median and max);
+``--temperature-states K`` adds the per-layer configurational temperature of
+K states of the second half of a sampler's run (``bench_mlp_stepsize``).
+
+    nice -n 10 python benchmarks/bench_mlp_mnist.py --methods sghmc \
+        --learning-rate 4e-6 --noise-correction fisher --temperature-states 4 \
+        --out benchmarks/results/mlp_mnist_fig4_noise_correction.jsonl
 
 Calibration.  The final line of a sampler also gives the log loss, ECE and
 signed gap ``mean confidence - accuracy`` (negative: under-confident) of
@@ -136,6 +144,12 @@ def main(argv=None):
     ap.add_argument("--max-minutes", type=float, default=np.inf)
     ap.add_argument("--networks-kept", type=int, default=20,
                     help="networks of the thinned predictive (the estimator's default)")
+    ap.add_argument("--noise-correction", default=None, choices=["fisher", "covariance"],
+                    help="SG-HMC's gradient-noise correction (ModelSG noise_correction); "
+                         "other methods are unaffected")
+    ap.add_argument("--temperature-states", type=int, default=0,
+                    help="per-layer configurational temperature of this many states of the "
+                         "second half (samplers; 0: none)")
     ap.add_argument("--jobs", type=int, default=1, help="methods run at a time (processes)")
     ap.add_argument("--out", default=None, help="JSON lines file (default: stdout)")
     args = ap.parse_args(argv)
@@ -165,11 +179,19 @@ def run_method(args, method, eta, grid):
 
     def run(eta, n_passes, burn_in, report):
         """Run ``method`` for ``n_passes``; return its final record."""
-        config = ModelSG(method=method, subsample_size=args.batch_size,
-                         learning_rate=eta, momentum_decay=args.momentum_decay)
         sampling = method in ("sgld", "sghmc", "hmc")
         n_post = n_passes - burn_in
         late_from = burn_in + n_post // 2
+        correction = args.noise_correction if method == "sghmc" else None
+        config = ModelSG(method=method, subsample_size=args.batch_size,
+                         learning_rate=eta, momentum_decay=args.momentum_decay,
+                         noise_correction=correction)
+        # States for the configurational temperature, spread over the second
+        # half of the post-burn-in passes.
+        temp_at = set((late_from + _kept_iterations(n_passes - late_from,
+                                                    args.temperature_states)).tolist()
+                      if args.temperature_states and sampling and report else [])
+        states = []
         thinned_at = set((burn_in + _kept_iterations(n_post, args.networks_kept)).tolist())
         # Running sums of the predictive probabilities: every post-burn-in
         # draw, the second half only, and the thinned networks.
@@ -188,6 +210,8 @@ def run_method(args, method, eta, grid):
                         acc[key]["val"] += pv
                         acc[key]["n"] += 1
                 pt, pv = acc["all"]["test"] / acc["all"]["n"], acc["all"]["val"] / acc["all"]["n"]
+            if it in temp_at:
+                states.append((theta.copy(), np.asarray(hyper.precisions, float)))
             final.update(pt=pt, pv=pv, passes=it + 1)
             wall = time.perf_counter() - t0
             if report:
@@ -196,6 +220,7 @@ def run_method(args, method, eta, grid):
                     "test_error": float(np.mean(pt.argmax(1) != yte)),
                     "val_error": float(np.mean(pv.argmax(1) != yva)),
                     "draws_averaged": acc["all"]["n"], "wall_seconds": round(wall, 2),
+                    "noise_correction": correction,
                     "prior_precision": [round(float(v), 4) for v in hyper.precisions]}),
                     file=out, flush=True)
             if wall > 60 * args.max_minutes:
@@ -204,20 +229,41 @@ def run_method(args, method, eta, grid):
         rng = np.random.default_rng(np.random.SeedSequence(args.seed).spawn(1)[0])
         c0 = time.process_time()
         with threadpool_limits(limits=1, user_api="blas"):
+            result = None
             try:
-                run_model_chain(config, rng, posterior, 0, n_passes, trace=callback)
+                # The correction starts after warm-up (ModelSG): the burn-in
+                # passes are the chain's warm-up then (the trace sees them all).
+                warm = burn_in if correction else 0
+                result = run_model_chain(config, rng, posterior, warm, n_passes - warm,
+                                         trace=callback)
             except Stop:
                 pass
+        cpu_chain = time.process_time() - c0
+        wall_chain = time.perf_counter() - t0
         pt, pv = final["pt"], final["pv"]
         rec = {
             "method": method, "passes_done": final["passes"], "passes_requested": n_passes,
             "burn_in": burn_in, "val_error": float(np.mean(pv.argmax(1) != yva)),
             "test_error": float(np.mean(pt.argmax(1) != yte)),
             **calibration(pt, yte, "test_"),
-            "draws_averaged": acc["all"]["n"], "wall_seconds": round(time.perf_counter() - t0, 1),
-            "cpu_seconds": round(time.process_time() - c0, 1),
+            "draws_averaged": acc["all"]["n"], "wall_seconds": round(wall_chain, 1),
+            "cpu_seconds": round(cpu_chain, 1),
             "learning_rate": eta, "momentum_decay": args.momentum_decay,
-            "batch_size": args.batch_size}
+            "batch_size": args.batch_size, "noise_correction": correction}
+        if correction and result is not None:
+            b = np.asarray(result.extra["beta_hat_max"], float)
+            rec.update({"beta_hat_max_median": float(np.nanmedian(b)),
+                        "beta_hat_max_max": float(np.nanmax(b))})
+        if states:
+            from bench_mlp_stepsize import layer_temperature
+
+            with threadpool_limits(limits=1, user_api="blas"):
+                t, se, per_state = layer_temperature(
+                    net, xtr.astype(np.float64), ytr, states, net.layer_of_each_weight())
+            rec.update({"configurational_temperature": t.round(4).tolist(),
+                        "configurational_temperature_se": se.round(4).tolist(),
+                        "temperature_states": len(states),
+                        "configurational_temperature_per_state": per_state.round(3).tolist()})
         for key in ("late", "thinned"):
             if acc[key]["n"]:
                 p = acc[key]["test"] / acc[key]["n"]

@@ -235,7 +235,7 @@ def main(argv=None):
     ap.add_argument("--prior-precision", type=float, default=None,
                     help="a fixed prior precision for every layer (default: Gamma(1, 1) "
                          "hyper-prior and Gibbs steps)")
-    ap.add_argument("--noise-correction", default=None, choices=["fisher"],
+    ap.add_argument("--noise-correction", default=None, choices=["fisher", "covariance"],
                     help="SG-HMC gradient-noise correction (ModelSG noise_correction)")
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--out", default=None)

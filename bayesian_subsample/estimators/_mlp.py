@@ -377,19 +377,22 @@ class BayesianMLPClassifier(ClassifierMixin, _BayesianMLP):
         data sets (few updates per pass) 0.01 lets the weights and the layer
         precisions drift into the heavy tails of the hierarchical prior
         before the Gibbs steps catch up, so the default is 0.1.
-    noise_correction : None or "fisher", default=None
-        ``sampler="sghmc"`` only.  "fisher": Chen et al.'s correction
-        ``B_hat = eta V_hat / 2`` (§3.2-3.3), ``V_hat`` the covariance of the
-        minibatch gradient estimated from the minibatch's own per-row
-        gradients (centred, with the finite-population factor ``1 - m/n``),
-        applied as a matrix friction ``alpha I + B_hat`` by a
+    noise_correction : None, "fisher" or "covariance", default=None
+        ``sampler="sghmc"`` only.  Chen et al.'s correction ``B_hat = eta
+        V_hat / 2`` (§3.2-3.3), ``V_hat`` the covariance of the minibatch
+        gradient estimated from the minibatch's own per-row gradients
+        (about zero for "fisher", the empirical Fisher; about their mean for
+        "covariance"; with the finite-population factor ``1 - m/n``),
+        applied after warm-up as a matrix friction ``alpha I + B_hat`` by a
         Crank-Nicolson step (stable for any ``B_hat``); the injected noise
         stays ``N(0, 2 alpha eta)``.  Without it (None, ``B_hat = 0``) the
         gradient noise heats the chain along the stiff directions of the
-        posterior and the averaged predictive is under-confident
-        (``doc/neural_networks.rst``, calibration).  An update costs about
-        three uncorrected ones (an m x m Gram matrix and its Cholesky
-        factor, two forward-mode and two backward passes per minibatch).
+        posterior and the averaged predictive is under-confident.  It cools
+        the chain but, because a single minibatch's ``V_hat`` fluctuates,
+        not to ``T = 1`` on MNIST (``doc/neural_networks.rst``,
+        calibration).  An update costs about three uncorrected ones (an m x
+        m Gram matrix and its Cholesky factor, two forward-mode and two
+        backward passes per minibatch).
     prior_shape, prior_rate : float, default=1.0
         Gamma hyper-prior (shape, rate) of each layer's precision.
     prior_precision : None or float, default=None

@@ -25,6 +25,7 @@ from ._difference import (
 from ._model_target import (
     HierarchicalPosterior,
     Hyperparameters,
+    MinibatchGradientNoise,
     ModelFullTarget,
     ModelMinibatchGradient,
     RowModel,
@@ -48,6 +49,7 @@ __all__ = [
     "HierarchicalPosterior",
     "Hyperparameters",
     "MinibatchGradient",
+    "MinibatchGradientNoise",
     "MinibatchObservation",
     "ModelFullTarget",
     "ModelMinibatchGradient",

@@ -98,11 +98,12 @@ class ModelMinibatchGradient:
         _, g = p.model.loglik_and_grad(position, np.sort(idx), self.hyper.noise_precision)
         return (p.n_obs / self.subsample_size) * g - self._prior_precision * position
 
-    def grad_with_noise(self, position, rng):
+    def grad_with_noise(self, position, rng, centred=False):
         """The estimate on a fresh minibatch and its gradient-noise covariance estimate.
 
         Returns ``(grad, noise)``: ``grad`` exactly as :meth:`grad` (same
-        minibatch draw from ``rng``) and a :class:`MinibatchGradientNoise`,
+        minibatch draw from ``rng``) and a :class:`MinibatchGradientNoise`
+        (per-row gradients about their mean if ``centred``, else about zero),
         the minibatch's estimate ``V_hat`` of the covariance of ``grad``
         (Chen, Fox and Guestrin, 2014, eq. 6), for the SG-HMC noise
         correction ``B_hat = eps V_hat / 2`` (§3.2-3.3).  Needs a row model
@@ -118,7 +119,7 @@ class ModelMinibatchGradient:
         idx = sample_without_replacement(rng, p.n_obs, self.subsample_size)
         _, g, rows = rows_fn(position, np.sort(idx), self.hyper.noise_precision)
         grad = (p.n_obs / self.subsample_size) * g - self._prior_precision * position
-        return grad, MinibatchGradientNoise(rows, p.n_obs)
+        return grad, MinibatchGradientNoise(rows, p.n_obs, centred)
 
     def observe(self, position, rng):
         """The estimate on a fresh minibatch, with its noise along any direction.
@@ -223,13 +224,20 @@ class MinibatchGradientNoise:
     The minibatch estimate ``(n/m) sum_{i in S} g_i`` over ``m`` rows drawn
     without replacement (``g_i`` the per-row log-likelihood gradients; the
     prior term is exact) has covariance ``(n^2 / m) (1 - m/n) Sigma`` with
-    ``Sigma`` the population covariance of the ``g_i``.  Estimating
-    ``Sigma`` by the minibatch's sample covariance (divisor ``m - 1``)::
+    ``Sigma`` the population covariance of the ``g_i``.  Two estimates
+    from the minibatch's own rows::
 
-        V_hat = c D^T D,   D = J - 1 gbar^T,   c = (n^2 / m) (1 - m/n) / (m - 1)
+        centred:   V_hat = c D^T D,  D = J - 1 gbar^T,  c = (n^2 / m) (1 - m/n) / (m - 1)
+        uncentred: V_hat = c J^T J,                     c = (n^2 / m) (1 - m/n) / m
 
-    with ``J`` the (m, dim) per-row gradients (rows of ``D`` centred).  Its
-    rank is at most ``m - 1``.  Nothing of size (m, dim) is formed: ``D u``
+    with ``J`` the (m, dim) per-row gradients.  The centred one is the
+    sample covariance (unbiased for ``Sigma``, rank ``m - 1``); the
+    uncentred one, the minibatch's empirical Fisher information, estimates
+    ``Sigma + gpop gpop^T`` (``gpop`` the population mean gradient, small
+    near the posterior: ``n gpop`` is the full-data likelihood gradient) and
+    its span contains the minibatch's own noise ``sum_i (g_i - gpop)``,
+    which the centred span misses when rows are nearly orthogonal
+    (``dim >> m``).  Nothing of size (m, dim) is formed: ``D u``
     is a forward-mode pass (per-row directional derivatives, centred),
     ``D^T c`` one backward pass with per-row weights ``c - mean(c)``, and
     ``D D^T = P (J J^T) P`` (``P`` the centring projection) comes from the
@@ -240,29 +248,36 @@ class MinibatchGradientNoise:
     rows : object with ``apply(u)``, ``transpose_apply(c)``, ``gram()``, ``n_rows``
         Linear maps of the per-row gradients (:meth:`MLP.loglik_grad_and_rows`).
     n_obs : int
+    centred : bool, default=False
     """
 
-    def __init__(self, rows, n_obs):
+    def __init__(self, rows, n_obs, centred=False):
         self._rows = rows
         m = int(rows.n_rows)
         self.subsample_size = m
-        self.factor = (n_obs * n_obs / m) * (1.0 - m / n_obs) / (m - 1) if m > 1 else 0.0
+        self.centred = bool(centred)
+        fpc = (n_obs * n_obs / m) * (1.0 - m / n_obs)
+        if self.centred:
+            self.factor = fpc / (m - 1) if m > 1 else 0.0
+        else:
+            self.factor = fpc / m
         self._gram = None
 
     def _d(self, u):
         t = self._rows.apply(np.asarray(u, dtype=np.float64))
-        return t - t.mean()
+        return t - t.mean() if self.centred else t
 
     def _dt(self, c):
         c = np.asarray(c, dtype=np.float64)
-        return self._rows.transpose_apply(c - c.mean())
+        return self._rows.transpose_apply(c - c.mean() if self.centred else c)
 
     def centred_gram(self):
-        """``D D^T`` (m, m), float64 (computed once)."""
+        """``D D^T`` (m, m), float64 (computed once; ``J J^T`` when not centred)."""
         if self._gram is None:
             G = self._rows.gram()
-            G = G - G.mean(axis=0, keepdims=True)
-            G -= G.mean(axis=1, keepdims=True)
+            if self.centred:
+                G = G - G.mean(axis=0, keepdims=True)
+                G -= G.mean(axis=1, keepdims=True)
             self._gram = 0.5 * (G + G.T)
         return self._gram
 

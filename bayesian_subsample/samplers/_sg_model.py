@@ -30,6 +30,29 @@ scaled by ``n / m``), ``momentum_decay`` is ``alpha``:
   ``theta <- theta + v``: the SG-HMC kernel with unit mass, ``eps =
   sqrt(eta)``, friction ``C = alpha / eps`` and ``B_hat = 0``
   (:func:`.sghmc.from_sgd_momentum`), one update per kernel call;
+* ``"sghmc"`` with ``noise_correction="fisher"`` (or ``"covariance"``):
+  Chen et al.'s ``beta_hat = eta V_hat / 2`` (§3.2-3.3, eqs. 13-15),
+  ``V_hat`` the minibatch's own estimate of the covariance of ``g`` (per-row
+  gradients about zero, or about their mean; finite-population factor ``1 -
+  m/n``), as a *matrix* friction
+  ``A = alpha I + beta_hat`` with the injected noise unchanged at ``N(0, 2
+  alpha eta)``: the gradient noise supplies the rest, so friction and total
+  noise match in every direction (a scalar ``alpha >= beta_hat`` is
+  impossible along the stiff directions of a network, where ``beta_hat``
+  exceeds 1).  The friction is a Crank-Nicolson step, ``v' = (I +
+  A/2)^{-1} ((I - A/2) v + eta g + xi)``, which keeps ``N(0, eta I)``
+  invariant for any ``A`` (:func:`.sghmc.step_noise_corrected`).  It is
+  applied after warm-up only (warm-up draws are discarded, and from an
+  initialisation, where per-row gradients are large, its friction slows the
+  descent).  The per-pass largest eigenvalue of ``beta_hat`` (NaN in
+  warm-up) is in ``extra["beta_hat_max"]``.  The Gibbs step composes as without it:
+  ``V_hat`` is the noise of the likelihood's gradient at the current
+  hyperparameters (the prior's gradient is exact), the momentum law is
+  unchanged.  SGLD gets no such correction: its analogue, injected noise
+  ``2 eta I - eta^2 V_hat``, is negative where ``eta lambda(V_hat) > 2``,
+  i.e. along the stiff directions at any useful step (``eta n lambda_max /
+  m`` is about 60 on MNIST at SGLD's Figure 4 step); it would need a
+  preconditioner (stochastic gradient Fisher scoring), a different sampler;
 * ``"sgld"``: ``theta <- theta + eta g + N(0, 2 eta)``: the SGLD kernel with
   ``eps = 2 eta`` (its convention is ``theta + (eps/2) g + N(0, eps)``);
 * ``"sgd_momentum"``: the SG-HMC kernel with ``B_hat = C`` (no injected
@@ -91,6 +114,9 @@ if TYPE_CHECKING:
 __all__ = ["ModelSG", "run_model_chain", "METHODS"]
 
 METHODS = ("sghmc", "sgld", "sgd", "sgd_momentum", "hmc")
+#: SG-HMC's gradient-noise corrections: ``V_hat`` from the minibatch's per-row
+#: gradients about zero (the empirical Fisher) or about their mean.
+NOISE_CORRECTIONS = ("fisher", "covariance")
 _OPTIMISERS = ("sgd", "sgd_momentum")
 #: Kernel updates per iteration are ``max(ceil(n / m), this)``: a pass over the
 #: data, but at least 50 updates between Gibbs steps on small data sets.
@@ -118,16 +144,19 @@ class ModelSG(SamplerConfig):
     confidence : float, default=3.0
         ``k`` of SBPS's thinning band (Pakman et al., 2017, eq. 13) for
         ``method="sbps"`` or ``"psbps"`` (:mod:`._sbps_model`).
-    noise_correction : None or "fisher", default=None
-        "sghmc" only.  "fisher": Chen et al.'s correction ``B_hat = eps
-        V_hat / 2`` (§3.2-3.3) with ``V_hat`` the minibatch's own estimate
-        of the gradient-noise covariance (per-row gradients centred,
-        finite-population factor), applied as the matrix friction ``C =
-        C0 I + B_hat`` by a Crank-Nicolson step
-        (:func:`.sghmc.step_noise_corrected`); the injected noise is
-        unchanged.  About three times the cost of an update on MNIST
-        (an m x m Gram matrix and its Cholesky factor, two forward-mode and
-        two backward passes).  Needs a row model with
+    noise_correction : None, "fisher" or "covariance", default=None
+        "sghmc" only.  Chen et al.'s correction ``B_hat = eps V_hat / 2``
+        (§3.2-3.3) with ``V_hat`` the minibatch's own estimate of the
+        gradient-noise covariance (finite-population factor ``1 - m/n``):
+        "fisher" from the per-row gradients about zero (the empirical
+        Fisher: its span holds the minibatch's own noise), "covariance"
+        about their minibatch mean (unbiased for the covariance, but the
+        noise direction ``gbar - mean`` is outside its span).  It is applied
+        as the matrix friction ``C = C0 I + B_hat`` by a Crank-Nicolson step
+        (:func:`.sghmc.step_noise_corrected`) after warm-up; the injected
+        noise is unchanged.  About three times the cost of an update on
+        MNIST (an m x m Gram matrix and its Cholesky factor, two forward-mode
+        and two backward passes).  Needs a row model with
         ``loglik_grad_and_rows`` (networks).  None: ``B_hat = 0``.
     gibbs_every : None or int, default=None
         None: the Gibbs draw of the hyperparameters ends every pass (§4.2).
@@ -165,17 +194,17 @@ class ModelSG(SamplerConfig):
         check_positive_int(self.n_integration_steps, "n_integration_steps")
         correction = getattr(self, "noise_correction", None)
         if correction is not None:
-            if correction != "fisher":
-                raise ValueError(f"noise_correction must be None or 'fisher', got "
-                                 f"{correction!r}.")
+            if correction not in NOISE_CORRECTIONS:
+                raise ValueError(f"noise_correction must be None or one of "
+                                 f"{NOISE_CORRECTIONS}, got {correction!r}.")
             if self.method != "sghmc":
                 raise ValueError(
-                    f"noise_correction='fisher' is for sampler='sghmc' (its friction absorbs "
+                    f"noise_correction={correction!r} is for sampler='sghmc' (its friction absorbs "
                     f"the gradient noise), not {self.method!r}. SGLD has no friction: its "
                     "analogue, injected noise 2 eta I - eta^2 V_hat, is negative along the "
                     "stiff directions at useful step sizes. Use noise_correction=None.")
             if int(self.subsample_size) < 2:
-                raise ValueError("noise_correction='fisher' estimates the gradient-noise "
+                raise ValueError(f"noise_correction={correction!r} estimates the gradient-noise "
                                  "covariance from the minibatch: batch_size must be at least 2.")
         gibbs_every = getattr(self, "gibbs_every", None)
         if gibbs_every is not None:
@@ -309,13 +338,14 @@ def _run_sbps(config, rng, posterior, n_warmup, n_draws, chain, trace, progress,
 class _RecordNoise:
     """A minibatch gradient estimator that keeps its last gradient-noise estimate."""
 
-    def __init__(self, estimator):
+    def __init__(self, estimator, centred):
         self.estimator = estimator
+        self.centred = centred
         self.n_obs_per_eval = estimator.n_obs_per_eval
         self.last_noise = None
 
     def grad_with_noise(self, position, rng):
-        g, noise = self.estimator.grad_with_noise(position, rng)
+        g, noise = self.estimator.grad_with_noise(position, rng, self.centred)
         self.last_noise = noise
         return g, noise
 
@@ -435,12 +465,15 @@ class _ModelChain(ChainDefaults):
             cost += info.n_obs_evaluated
             divergent, acc = info.is_divergent, info.acceptance_rate
         else:
-            corrected = self.noise_correction is not None
+            # The correction starts after warm-up: warm-up draws are discarded,
+            # and from an initialisation the per-row gradients are large, so
+            # B_hat's friction would slow the descent to the posterior's bulk.
+            corrected = self.noise_correction is not None and st.n_iterations >= self.n_warmup
             kernel_step = (sghmc.step_noise_corrected if corrected
                            else sgld.step if self.method == "sgld" else sghmc.step)
             estimator = posterior.gradient_estimator(self.m, hyper)
             if corrected:
-                estimator = _RecordNoise(estimator)
+                estimator = _RecordNoise(estimator, self.noise_correction == "covariance")
             for _ in range(self.steps_per_pass):
                 # Overflow on the way to a divergence is detected by the kernel
                 # (non-finite state) and reported, not printed.
@@ -459,9 +492,12 @@ class _ModelChain(ChainDefaults):
                     n_gibbs += 1
                     estimator = posterior.gradient_estimator(self.m, hyper)
                     if corrected:
-                        estimator = _RecordNoise(estimator)
+                        estimator = _RecordNoise(estimator,
+                                                 self.noise_correction == "covariance")
                     if self.has_noise:
                         params = self.sg_params(hyper)
+            if self.noise_correction is not None and not corrected:
+                self.beta_hat_max.append(np.nan)
             if corrected:
                 noise = estimator.last_noise
                 self.beta_hat_max.append(
