@@ -151,11 +151,15 @@ class BayesianLogisticRegression(ClassifierMixin, ClassifierPredictiveMixin, _GL
         Newton steps to theta* and any curvature bound; a chain makes none of
         its own, except full-data samplers' gradients), ``setup_seconds`` (wall
         seconds of the set-up, pilots included), ``setup_pass_seconds`` (the
-        part spent in those passes), ``setup_newton`` (one dict per pass of
+        part spent in those passes) and ``setup_pass_times`` (each pass's
+        seconds), ``setup_newton`` (one dict per pass of
         the search for theta*: ``kind`` -- ``"chord"`` (order-1 pass),
         ``"newton"`` (order-2 pass) or ``"backtrack"`` -- and the Newton
-        ``decrement`` there) and ``validation_seconds`` (input checks
-        and label encoding).
+        ``decrement`` there; with HMC-ECS's variance rule also the
+        ``predicted_decrement`` and ``predicted_sigma2`` the pass was planned
+        on and, at the order-2 pass, the ``sigma2`` checked there),
+        ``setup_subset_size`` (rows of the subset whose mode started that
+        search) and ``validation_seconds`` (input checks and label encoding).
     step_size_, n_integration_steps_, subsample_size_ : ndarray of shape (n_chains,)
         Adapted values per chain (``subsample_size_`` is ``n`` for full data;
         HMC-ECS chooses it once per fit, so it is the same in every chain).
