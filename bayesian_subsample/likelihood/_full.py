@@ -158,12 +158,36 @@ class CentreCheck:
         self.fraction = float(fraction)
         self.single_predictor = int(getattr(model, "n_linear_predictors", 1)) == 1
         self.checks = []
+        # Memos of the search's repeated questions (the same centre judged
+        # with several decrements, the same baseline for each of them, the
+        # subset decrement asked by the growth rule and the chord steps):
+        # each value is computed once, exactly as it would be again.
+        self._offsets = None
+        self._memo_estimator = {}
+        self._memo_sigma2 = {}
+        self._memo_decrement = {}
+
+    @staticmethod
+    def _key(v):
+        return np.asarray(v, dtype=np.float64).tobytes()
 
     def _sigma_inv_solve(self, v):
-        """``Sigma v = hessian^{-1} v``."""
-        return np.linalg.solve(self._chol.T, np.linalg.solve(self._chol, v))
+        """``Sigma v = hessian^{-1} v``: two triangular solves with the Cholesky
+        factor (what LAPACK's general solve does with a triangular matrix,
+        without its unit-triangular half)."""
+        from scipy.linalg import solve_triangular
+
+        return solve_triangular(self._chol, solve_triangular(self._chol, v, lower=True),
+                                lower=True, trans="T")
 
     def _estimator(self, centre):
+        key = self._key(centre)
+        hit = self._memo_estimator.get(key)
+        if hit is None:
+            hit = self._memo_estimator[key] = self._new_estimator(centre)
+        return hit
+
+    def _new_estimator(self, centre):
         from ._difference import DifferenceEstimator
 
         d = self.posterior.dim
@@ -178,12 +202,34 @@ class CentreCheck:
 
     def sigma2(self, centre, mean, scale):
         """``n^2 Q_75(V) / m`` at draws ``N(mean, scale * Sigma)``, theta* = ``centre``."""
+        key = (self._key(centre), self._key(mean), float(scale))
+        hit = self._memo_sigma2.get(key)
+        if hit is not None:
+            return hit
         est, sub = self._estimator(centre)
         # theta = mean + sqrt(scale) L^{-T} z has covariance scale * Sigma.
-        offsets = np.linalg.solve(self._chol.T, self._z.T).T * np.sqrt(scale)
-        var = [est.differences(np.asarray(mean) + o, sub)[0].var() for o in offsets]
+        if self._offsets is None:
+            self._offsets = np.linalg.solve(self._chol.T, self._z.T).T
+        offsets = self._offsets * np.sqrt(scale)
+        if self.single_predictor:
+            # Only the remainders d_k are needed, not their slopes: the same
+            # operations as DifferenceEstimator.differences for d_k (the
+            # family's order-0 terms are its order-1 value).
+            model = self.posterior.model
+            var = []
+            for o in offsets:
+                theta = np.asarray(mean) + o
+                eta = sub.Z @ theta
+                delta = eta - sub.eta_star
+                ell = model.eta_terms(sub.y, sub.w, eta, 0)[0]
+                hcd = sub.half_c * delta
+                slope = sub.b + hcd
+                var.append((ell - (sub.a + delta * slope)).var())
+        else:
+            var = [est.differences(np.asarray(mean) + o, sub)[0].var() for o in offsets]
         n = self.posterior.n_obs
-        return n * n * float(np.quantile(var, 0.75)) / self.m
+        out = self._memo_sigma2[key] = n * n * float(np.quantile(var, 0.75)) / self.m
+        return out
 
     def __call__(self, centre, decrement, mean=None):
         """Accept ``centre`` as theta*?  ``decrement``: the (expected) Newton
@@ -231,8 +277,12 @@ class CentreCheck:
             return None
         n = self.posterior.n_obs
         s = self.subset_size if subset_size is None else int(subset_size)
-        Z, _, _, b = self._pilot_vectors(centre, centre)
-        return (n * n / s) * (1.0 - s / n) * self._trace_cov(Z, b)
+        key = self._key(centre)
+        trace = self._memo_decrement.get(key)
+        if trace is None:
+            Z, _, _, b = self._pilot_vectors(centre, centre)
+            trace = self._memo_decrement[key] = self._trace_cov(Z, b)
+        return (n * n / s) * (1.0 - s / n) * trace
 
     def chord_decrement(self, centre, step):
         """Expected decrement after the chord step ``centre -> centre + step``
