@@ -214,3 +214,84 @@ def test_multinomial_search_with_the_rule(monkeypatch):
     log = est.sampler_info_[0]["setup_newton"]
     assert log[-1]["kind"] == "newton"
     assert log[-1]["decrement"] <= 0.01 or log[-1]["sigma2"] <= 0.1
+
+
+def _flat_direction(H, k=1):
+    """``H`` with row and column ``k`` zeroed: a direction of zero curvature
+    (a column that carries no information under a flat prior), exactly
+    singular, so its Cholesky factorisation fails on any platform."""
+    H = H.copy()
+    H[k, :] = 0.0
+    H[:, k] = 0.0
+    return H
+
+
+def test_rank_deficient_subset_hessian_builds_no_check():
+    from bayesian_subsample.samplers import _hmc_family
+
+    post, rng = _posterior(n=30_000, d=3)
+    idx, _, H_sub = _subset(post, rng, m=3000)
+    H_bad = _flat_direction(H_sub)
+
+    def build(p, h, i):
+        return CentreCheck(p, h, i, np.random.default_rng(1), M_MIN, TARGET)
+
+    # Negative control: built unguarded, the check raises.
+    with pytest.raises(np.linalg.LinAlgError):
+        build(post, H_bad, idx)
+    # Guarded: no check, and a well-posed Hessian still gives one.
+    assert _hmc_family._built_check(build, post, H_bad, idx) is None
+    assert isinstance(_hmc_family._built_check(build, post, H_sub, idx), CentreCheck)
+
+
+@pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
+def test_fit_with_a_rank_deficient_subset_hessian_uses_the_tolerance(monkeypatch):
+    """A subset Hessian without a Cholesky factor: the fit builds no check
+    and the search stops at the 0.01 tolerance through Newton steps (the
+    chord steps fall back on the same failure), as before the rule.
+    Negative control: the unguarded check makes the same fit raise."""
+    from bayesian_subsample import BayesianLogisticRegression
+    from bayesian_subsample.samplers import _hmc_family
+
+    monkeypatch.setattr(_hmc_family, "CHORD_MIN_SUBSET", 2000)
+    original = _hmc_family.subset_mode
+
+    def degenerate(config, rng, posterior, return_idx=False):
+        theta, cost, hessian, idx, rows = original(config, rng, posterior, return_idx=True)
+        return theta, cost, _flat_direction(hessian), idx, rows
+
+    monkeypatch.setattr(_hmc_family, "subset_mode", degenerate)
+    post, _ = _posterior(n=200_000, d=3)
+    X, y = post.model.X, post.model.y
+
+    def fit():
+        return BayesianLogisticRegression(n_chains=1, n_warmup=20, n_draws=5,
+                                          random_state=0).fit(X, y)
+
+    info = fit().sampler_info_[0]
+    log = info["setup_newton"]
+    assert log[-1]["kind"] == "newton" and log[-1]["decrement"] <= 0.01
+    assert not any("predicted_decrement" in e or "sigma2" in e for e in log)
+    monkeypatch.setattr(_hmc_family, "_built_check",
+                        lambda build, posterior, hessian, idx: build(posterior, hessian, idx))
+    with pytest.raises(np.linalg.LinAlgError):
+        fit()
+
+
+@pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
+def test_constant_column_under_a_vague_prior_fits():
+    """The reviewer's case (a constant column beside the intercept, prior
+    scale 1e8, chord path from a 15,000-row subset): the subset Hessian is
+    numerically singular; the fit must complete with finite draws."""
+    from bayesian_subsample import BayesianLogisticRegression
+    from bayesian_subsample.samplers import HMCECS
+
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((30_000, 3))
+    y = (X[:, 0] + 0.5 * rng.standard_normal(len(X)) > 0).astype(int)
+    X[:, 1] = 1.0
+    est = BayesianLogisticRegression(sampler=HMCECS(reference_fraction=0.5), n_chains=1,
+                                     n_warmup=50, n_draws=20, random_state=1,
+                                     prior_scale=1e8, intercept_prior_scale=1e8)
+    est.fit(X, y)
+    assert np.all(np.isfinite(est.coef_))

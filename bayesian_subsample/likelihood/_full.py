@@ -138,6 +138,14 @@ class CentreCheck:
     checks : list of dict
         One entry per prediction: the decrement assumed, ``sigma^2`` at the
         centre, the baseline and whether the centre was accepted.
+
+    Raises
+    ------
+    numpy.linalg.LinAlgError
+        When ``hessian`` has no Cholesky factor (a rank-deficient subset
+        Hessian, e.g. a constant or duplicated column under a vague prior).
+        The theta* search then runs without a check
+        (:func:`~bayesian_subsample.samplers._hmc_family.prepare_at_full_data_mode`).
     """
 
     def __init__(self, posterior, hessian, idx, rng, subsample_size, target_var,

@@ -371,6 +371,18 @@ def _grown_subset(check, theta0, n, size):
     return None
 
 
+def _built_check(centre_check, posterior, hessian, idx):
+    """``centre_check(posterior, hessian, idx)``, or None when the subset's
+    Hessian has no Cholesky factor (rank-deficient or too ill-conditioned:
+    a constant or duplicated column under a vague prior).  The search then
+    keeps the 0.01 decrement tolerance, as its chord steps fall back to
+    Newton steps on the same failure."""
+    try:
+        return centre_check(posterior, hessian, idx)
+    except np.linalg.LinAlgError:
+        return None
+
+
 def prepare_at_full_data_mode(config, rng, posterior, centre_check=None):
     """The shared theta*: the subset mode refined by Newton steps on all the data.
 
@@ -399,14 +411,17 @@ def prepare_at_full_data_mode(config, rng, posterior, centre_check=None):
     pass, fresh rows are added and the mode re-solved from the old one
     (:func:`_grown_subset`): one order-2 pass then replaces a chord pass and
     the order-2 pass after it (at 10^8 rows: 1.5% of the rows, measured in
-    ``doc/benchmarks.rst``).
+    ``doc/benchmarks.rst``).  A check that cannot be built (the subset
+    Hessian has no Cholesky factor) is left out: the search then stops at the
+    0.01 tolerance, as without a check.
     """
     theta0, cost, hessian, idx, rows = subset_mode(config, rng, posterior, return_idx=True)
     log = []
     check = None
     if hessian is not None and centre_check is not None:
-        check = centre_check(posterior, hessian, idx)
-        grown = _grown_subset(check, theta0, posterior.n_obs, len(idx))
+        check = _built_check(centre_check, posterior, hessian, idx)
+        grown = None if check is None else _grown_subset(check, theta0, posterior.n_obs,
+                                                         len(idx))
         if grown is not None:
             # A larger subset whose mode is predicted to be good enough as
             # theta* as it is: one order-2 pass instead of a chord pass
@@ -421,7 +436,7 @@ def prepare_at_full_data_mode(config, rng, posterior, centre_check=None):
             theta0, cost_grown, hessian = posterior.mode(theta0=theta0, idx=idx,
                                                          return_hessian=True, rows=rows)
             cost += cost_grown
-            check = centre_check(posterior, hessian, np.sort(idx))
+            check = _built_check(centre_check, posterior, hessian, np.sort(idx))
     del rows
     expansion, cost_newton, _ = posterior.reference_expansion(
         theta0, config._taylor_order(), hessian=hessian, log=log, check=check)
@@ -917,6 +932,7 @@ integration_time, chebyshev_cycle
             n = posterior.n_obs
             m = (min(n, self.min_subsample_size) if self.subsample_size == "auto"
                  else int(self.subsample_size))
+            build.last = None  # no stale pilot if this check cannot be built
             build.last = posterior.centre_check(hessian, idx, rng, m, self.target_loglik_var,
                                                 fraction=CENTRE_VARIANCE_FRACTION,
                                                 n_draws=_N_PILOT_DRAWS)
