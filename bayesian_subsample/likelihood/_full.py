@@ -220,20 +220,23 @@ class CentreCheck:
             self._offsets = np.linalg.solve(self._chol.T, self._z.T).T
         offsets = self._offsets * np.sqrt(scale)
         if self.single_predictor:
-            # Only the remainders d_k are needed, not their slopes, and all
-            # draws at once: one (rows, draws) matrix product instead of a
-            # matrix-vector product per draw (each of which reads every pilot
-            # row), then DifferenceEstimator.differences' operations for d_k
-            # column by column (the family's order-0 terms are its order-1
-            # value).  The same numbers up to the products' rounding.
+            # Only the remainders d_k are needed, not their slopes.  The
+            # linear predictors of all draws come from one (draws, rows)
+            # matrix product instead of a matrix-vector product per draw
+            # (each of which reads every pilot row); then, draw by draw (a
+            # row of pilot-length temporaries stays in cache),
+            # DifferenceEstimator.differences' operations for d_k (the
+            # family's order-0 terms are its order-1 value).  The same
+            # numbers up to the product's rounding.
             model = self.posterior.model
-            eta = sub.Z @ (np.asarray(mean) + offsets).T
-            delta = eta - sub.eta_star[:, None]
-            ell = model.eta_terms(sub.y[:, None], None if sub.w is None else sub.w[:, None],
-                                  eta, 0)[0]
-            hcd = sub.half_c[:, None] * delta
-            slope = sub.b[:, None] + hcd
-            var = (ell - (sub.a[:, None] + delta * slope)).var(axis=0)
+            etas = (np.asarray(mean) + offsets) @ sub.Z.T
+            var = np.empty(len(etas))
+            for i, eta in enumerate(etas):
+                delta = eta - sub.eta_star
+                ell = model.eta_terms(sub.y, sub.w, eta, 0)[0]
+                hcd = sub.half_c * delta
+                slope = sub.b + hcd
+                var[i] = (ell - (sub.a + delta * slope)).var()
         else:
             var = [est.differences(np.asarray(mean) + o, sub)[0].var() for o in offsets]
         n = self.posterior.n_obs
