@@ -259,6 +259,32 @@ def test_linear_rows_append_minus_y_and_chunks_agree(tmp_path):
         LinearRegressionGLM(X, np.r_[y[:-1], np.nan])
 
 
+@pytest.mark.parametrize("dtype, values", [(np.uint8, [0, 1, 2, 200, 255]),
+                                             (np.int8, [-128, -1, 0, 5, 127])])
+def test_linear_rows_negate_compact_integer_y_as_float(dtype, values):
+    """``LinearRegressionGLM`` (exported from ``models``) keeps a small-integer
+    ``y`` compact; its design column ``-y`` must be the float64 negation (not
+    one wrapped in uint8/int8), so every sum equals the float64-``y`` model's."""
+    rng = np.random.default_rng(5)
+    n = 300
+    X = rng.standard_normal((n, 2))
+    y_small = rng.choice(np.array(values, dtype=dtype), n)
+    small = LinearRegressionGLM(X, y_small, chunk_size=64)
+    wide = LinearRegressionGLM(X, y_small.astype(np.float64), chunk_size=64)
+    assert small.widen_labels and not wide.widen_labels
+    idx = np.array([3, 0, n - 1, 3])
+    np.testing.assert_array_equal(small.rows(idx)[0], wide.rows(idx)[0])
+    np.testing.assert_array_equal(small.chunk_rows(10, 90)[0], wide.chunk_rows(10, 90)[0])
+    theta = np.r_[0.1, -0.2, 0.3, 1.3]
+    assert small.dim == theta.size
+    for a, b in zip(small.sums(theta, order=2), wide.sums(theta, order=2)):
+        np.testing.assert_array_equal(a, b)
+    # Negative control: negating the stored labels in their own type wraps
+    # (uint8 -1 -> 255, int8 -(-128) -> -128), which the assertion above catches.
+    wrapped = small._augment(X[idx], small.y[idx])
+    assert not np.array_equal(wrapped, wide.rows(idx)[0])
+
+
 def test_linear_difference_estimator_has_zero_variance():
     """Second-order control variates are exact for the linear model (any theta, any u)."""
     X, y = linear_data(5000, 5)

@@ -110,13 +110,15 @@ class LinearRegressionGLM(GLM):
 
     def rows(self, idx):
         """Design rows ``(x_k, -y_k)``, zero targets and weights of ``idx``."""
-        Xr = self._augment(self.X[idx], self.y[idx])
+        # (labels(): float64, widened exactly from compact integer y, so
+        # -y is not negated in a small unsigned or signed integer type.)
+        Xr = self._augment(self.X[idx], self.labels(idx))
         wr = None if self.sample_weight is None else self.sample_weight[idx]
         return Xr, np.zeros(Xr.shape[0]), wr
 
     def chunk_rows(self, start, stop):
         """Design rows, zero targets and weights of the block ``start:stop``."""
-        Xr = self._augment(self.X[start:stop], self.y[start:stop])
+        Xr = self._augment(self.X[start:stop], self.labels(slice(start, stop)))
         wr = None if self.sample_weight is None else self.sample_weight[start:stop]
         return Xr, np.zeros(Xr.shape[0]), wr
 
