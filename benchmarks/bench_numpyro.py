@@ -47,14 +47,15 @@ Reproduce (NumPyro and JAX live in their own environment, never as a
 dependency of this package; this package is taken from the repository on
 ``PYTHONPATH``).  From the repository root::
 
-    PYTHONPATH=. /tmp/venv-numpyro/bin/python benchmarks/bench_numpyro.py      # n = 1e6
-    PYTHONPATH=. /tmp/venv-numpyro/bin/python benchmarks/bench_numpyro.py --n 100000
-    PYTHONPATH=. /tmp/venv-numpyro/bin/python benchmarks/bench_numpyro.py --skip-numpyro
+    PYTHONPATH=. $NUMPYRO_ENV/bin/python benchmarks/bench_numpyro.py      # n = 1e6
+    PYTHONPATH=. $NUMPYRO_ENV/bin/python benchmarks/bench_numpyro.py --n 100000
+    PYTHONPATH=. $NUMPYRO_ENV/bin/python benchmarks/bench_numpyro.py --skip-numpyro
 
-(``/tmp/venv-numpyro`` is any virtual environment with numpyro and jax.)
+(``$NUMPYRO_ENV`` is a placeholder for wherever NumPyro is installed: any
+virtual environment with numpyro and jax.)
 ``PYTHONPATH=.`` matters: the package installed in that environment may be
-another checkout.  A fresh environment: ``python3 -m venv /tmp/venv-numpyro``,
-``/tmp/venv-numpyro/bin/pip install numpyro jax`` and ``pip install -e .``
+another checkout.  A fresh environment: ``python3 -m venv $NUMPYRO_ENV``,
+``$NUMPYRO_ENV/bin/pip install numpyro jax`` and ``pip install -e .``
 (this package's dependencies).  One run at 10^6 rows takes about two minutes on
 a quiet 2-core machine, most of it NumPyro.
 

@@ -1,9 +1,12 @@
 """The compiled HMC-ECS chain (``HMCECS(backend="numba")``) against the numpy kernel.
 
 For the same seed the compiled loop must consume the generator exactly as
-the numpy kernel does, make the same accept/reject decisions (subsample and
-HMC), count the same divergences and evaluations, and give draws equal to
-rounding (``_ecs_compiled`` module notes).  A deliberately different random
+the numpy kernel does and, on the fixed problems below (where no decision
+sits within rounding of its threshold), make the same accept/reject
+decisions (subsample and HMC), count the same divergences and evaluations,
+and give draws equal to rounding.  That is not a general guarantee: warm-up
+adaptation can amplify rounding differences until a decision flips
+(``_ecs_compiled`` module notes).  A deliberately different random
 stream is the negative control: the same comparison must fail.  The
 statistical check against the quadrature posterior runs both backends in
 ``tests/test_samplers.py``.
@@ -173,3 +176,65 @@ def test_unserved_models_fall_back_or_raise():
     assert _ecs_compiled.plan("auto", est, 10**7) == "numpy"
     with pytest.raises(ValueError, match="diagonal Gaussian prior"):
         _ecs_compiled.plan("numba", est, 10**7)
+
+
+def test_numba_refuses_unserved_models_before_the_set_up_passes(monkeypatch):
+    """``backend="numba"`` on a model or prior the kernel cannot serve raises
+    in ``prepare`` before the theta* search and its passes run (at 10^8 rows
+    those take tens of seconds), with the message of ``plan``; the negative
+    control ``"auto"`` on the same posterior does run the set-up."""
+    from bayesian_subsample.models import GaussianPrecisionPrior, MultinomialGLM
+    from bayesian_subsample.samplers import _hmc_family
+
+    rng = np.random.default_rng(3)
+    X = rng.standard_normal((3000, 2))
+    multi = MultinomialGLM(X, rng.integers(0, 3, 3000), 3)
+    logistic = make_logistic(n=3000, d=2, seed=1)
+    cases = [(TallPosterior(multi, GaussianPrior(np.full(multi.dim, 5.0))),
+              "one linear predictor per row"),
+             (TallPosterior(logistic.model, GaussianPrecisionPrior(np.eye(logistic.dim) / 9.0)),
+              "diagonal Gaussian prior")]
+    calls = []
+    real = _hmc_family.prepare_at_full_data_mode
+
+    def counted(*args, **kw):
+        calls.append(1)
+        return real(*args, **kw)
+
+    monkeypatch.setattr(_hmc_family, "prepare_at_full_data_mode", counted)
+    for post, why in cases:
+        config = HMCECS(backend="numba")
+        config.validate(post.n_obs)
+        with pytest.raises(ValueError, match=f'backend="numba" cannot run this chain: .*{why}'):
+            config.prepare(np.random.default_rng(0), post)
+        assert calls == []
+    # Negative control: "auto" runs the set-up on the same posterior (and the numpy kernel).
+    HMCECS(backend="auto").prepare(np.random.default_rng(0), cases[1][0])
+    assert calls == [1]
+
+
+def test_numba_refusal_through_the_estimator_on_three_classes():
+    from bayesian_subsample import BayesianLogisticRegression
+
+    rng = np.random.default_rng(0)
+    X, y = rng.standard_normal((3000, 2)), rng.integers(0, 3, 3000)
+    est = BayesianLogisticRegression(sampler=HMCECS(backend="numba"), n_chains=1,
+                                     n_warmup=20, n_draws=20)
+    with pytest.raises(ValueError, match="one linear predictor per row"):
+        est.fit(X, y)
+
+
+def test_backend_reported_for_full_data_and_signed_chains():
+    """A full-data chain (n <= min_subsample_size) runs the exact full-data
+    HMC kernel for every backend, ``"numba"`` included (documented in
+    :class:`HMCECS`), and says so; the signed estimator reports ``"numpy"``,
+    also after its switch from the perturbed estimator in warm-up."""
+    small = make_logistic(n=600, d=2, seed=1)
+    res, _ = _run(small, "numba", 1, n_warmup=10, n_draws=10)
+    assert res.extra["full_data"] and res.extra["backend"] == "numpy"
+    post = make_logistic(n=3000, d=2, seed=1)
+    res, _ = _run(post, "auto", 1, n_warmup=20, n_draws=10, estimator="signed")
+    assert res.extra["backend"] == "numpy" and "n_products" in res.extra
+    # Control: a subsampling chain on the same data with "numba" runs compiled.
+    res, _ = _run(post, "numba", 1, n_warmup=10, n_draws=10)
+    assert not res.extra["full_data"] and res.extra["backend"] == "numba"

@@ -173,6 +173,32 @@ class Estimate(NamedTuple):
     sign: float = 1.0
 
 
+def compiled_support(model, prior):
+    """Why the compiled HMC-ECS loop cannot serve ``(model, prior)``, or None.
+
+    The part of :meth:`DifferenceEstimator.compiled_terms` that needs no
+    Taylor expansion, so ``backend="numba"`` is refused before any set-up
+    pass (:meth:`TallPosterior.compiled_support`).  Served: one linear
+    predictor per row with the GLM's own ``eta_terms``, the logistic,
+    Gaussian and Poisson families (exactly those classes) and the diagonal
+    :class:`GaussianPrior`.
+    """
+    from ..models._glm import GaussianFamily, LogisticFamily, PoissonFamily
+
+    if int(getattr(model, "n_linear_predictors", 1)) != 1:
+        return "it serves models with one linear predictor per row (not multinomial)"
+    if getattr(type(model), "eta_terms", None) is not _GLM_ETA_TERMS:
+        return f"{type(model).__name__} overrides eta_terms"
+    family = getattr(model, "family", None)
+    if type(family) not in (LogisticFamily, GaussianFamily, PoissonFamily):
+        return ("it serves the logistic, Gaussian and Poisson families, not "
+                f"{type(family).__name__}")
+    if not (type(prior).logdensity_and_grad is GaussianPrior.logdensity_and_grad
+            and isinstance(prior, GaussianPrior)):
+        return f"it serves the diagonal Gaussian prior, not {type(prior).__name__}"
+    return None
+
+
 class DifferenceEstimator:
     """Perturbed difference estimator of the log posterior (eqs. 4.1-4.7).
 
@@ -422,23 +448,17 @@ class DifferenceEstimator:
         :class:`GaussianPrior`
         (``bayesian_subsample.samplers._ecs_compiled``).
         """
-        from ..models._glm import GaussianFamily, LogisticFamily, PoissonFamily
+        from ..models._glm import GaussianFamily
 
         model, ex = self.model, self.expansion
         if type(self) is not DifferenceEstimator:
             return None, f"{type(self).__name__} is not the difference estimator"
-        if self.n_linear_predictors != 1:
-            return None, "it serves models with one linear predictor per row (not multinomial)"
-        if getattr(type(model), "eta_terms", None) is not _GLM_ETA_TERMS:
-            return None, f"{type(model).__name__} overrides eta_terms"
-        family = getattr(model, "family", None)
-        if type(family) not in (LogisticFamily, GaussianFamily, PoissonFamily):
-            return None, ("it serves the logistic, Gaussian and Poisson families, not "
-                          f"{type(family).__name__}")
+        reason = compiled_support(model, self.prior)
+        if reason is not None:
+            return None, reason
+        family = model.family
         if type(ex).population_sum is not TaylorExpansion.population_sum:
             return None, "the Taylor expansion overrides population_sum"
-        if self._gauss is None:
-            return None, f"it serves the diagonal Gaussian prior, not {type(self.prior).__name__}"
         dim = len(np.asarray(ex.theta_star))
         gaussian = type(family) is GaussianFamily
         negprec, log_norm = self._gauss

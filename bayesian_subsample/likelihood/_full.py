@@ -496,6 +496,14 @@ class TallPosterior:
 
         return DifferenceEstimator(self.model, self.prior, expansion, subsample_size, n_blocks)
 
+    def compiled_support(self):
+        """Why the compiled HMC-ECS loop cannot serve this model and prior
+        (a sentence), or None; needs no pass over the data
+        (:func:`._difference.compiled_support`)."""
+        from ._difference import compiled_support
+
+        return compiled_support(self.model, self.prior)
+
     def gradient_estimator(self, subsample_size, expansion=None):
         """Minibatch gradient of the log posterior for SGLD and SG-HMC.
 

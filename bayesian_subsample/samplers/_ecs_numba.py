@@ -15,7 +15,11 @@ operation where the order matters for rounding; the matrix-vector products
 are BLAS calls, as in numpy.  Random numbers come from the caller's
 :class:`numpy.random.Generator`, through numba's support for it (numpy's own
 algorithms on the same bit generator), in the order the numpy kernel draws
-them, including the draws it makes only conditionally.
+them, including the draws it makes only conditionally.  Same operations is
+not same bits (BLAS order, :func:`log1p_unit`): the draws equal the numpy
+kernel's to rounding only while no accept/reject decision falls within
+rounding of its threshold, and warm-up's dual averaging can amplify a
+rounding difference until one does (see :mod:`._ecs_compiled`).
 """
 
 from __future__ import annotations

@@ -258,7 +258,10 @@ class _SignedECSAdapter(_ECSAdapter):
         self._signed_now = True
 
     def _go_signed(self, rng, position, expansion, tuning):
+        backend = self.extra.get("backend")
         self.extra = dict(tuning["extra"])
+        if backend is not None:  # the kernel that ran (HMCECS._driver)
+            self.extra["backend"] = backend
         self.estimator = self.posterior.block_poisson_estimator(
             expansion, tuning["batch_size"], tuning["n_products"], tuning["lower_bound"],
             tuning["n_refresh"])
@@ -525,9 +528,13 @@ class _HMCFamily(SamplerConfig):
         (:func:`._ecs_compiled.run_compiled`) when ``backend`` selects it for
         this chain (:func:`._ecs_compiled.plan`)."""
         backend = getattr(self, "backend", "numpy")
-        if type(adapter) is not _ECSAdapter:  # full-data HMC, signed HMC-ECS
+        if not isinstance(adapter, _ECSAdapter):  # the HMC sampler (full data)
             return run
-        # A chain on the full data (m >= n) runs full-data HMC: plan() says numpy.
+        if type(adapter) is not _ECSAdapter:  # signed HMC-ECS: the numpy kernel
+            adapter.extra["backend"] = "numpy"
+            return run
+        # A chain on the full data (m >= n) runs full-data HMC: plan() says
+        # numpy, also for backend="numba" (documented in HMCECS).
         choice = _ecs_compiled.plan(backend, adapter.estimator, posterior.n_obs)
         adapter.extra["backend"] = choice
         return _ecs_compiled.run_compiled if choice == "numba" else run
@@ -799,15 +806,30 @@ integration_time, chebyshev_cycle
         (:mod:`bayesian_subsample.samplers._ecs_compiled`; ``pip install
         bayesian_subsample[fast]``) for the perturbed estimator on a GLM
         with one linear predictor (logistic, Gaussian, Poisson) and a
-        diagonal Gaussian prior; it draws the same random numbers and makes
-        the same accept/reject decisions as the numpy kernel for the same
-        seed, its draws equal to rounding.  ``"numpy"`` is the reference
+        diagonal Gaussian prior.  It draws the same random numbers in the
+        same order as the numpy kernel, but its arithmetic differs at
+        rounding level (BLAS order, its own log1p), so the two chains of one
+        seed are equal to rounding only while no accept/reject decision
+        falls within rounding of its threshold.  Warm-up's dual averaging
+        can amplify a rounding difference in the step size until a decision
+        flips, and from then on the chains differ (statistically equivalent,
+        not equal): e.g. with ``taylor_order=0`` and a noisy estimator.  So
+        with ``"auto"`` the same seed on 100,000 rows or more may give other
+        draws depending on whether numba is installed; pass ``"numpy"`` for
+        draws that do not depend on it.  ``"numpy"`` is the reference
         kernel.  ``"auto"`` compiles when numba is installed, the kernel
         serves the chain and the data have at least 100,000 rows
         (``_ecs_compiled.AUTO_MIN_ROWS``; smaller fits are mostly set-up and
         keep the bit-reproducible numpy draws), and runs numpy otherwise
         (signed estimator, multinomial models, other priors, full-data
-        chains).  ``sampler_info_[c]["backend"]`` says which ran.
+        chains).  ``"numba"`` on a model or prior the kernel cannot serve
+        (multinomial, ``GaussianPrecisionPrior``, ...) raises a ValueError
+        in ``prepare``, before the set-up passes; with the signed estimator
+        it raises in ``validate``.  A chain whose subsample reaches the data
+        size runs the exact full-data HMC kernel (``full_data=True``) with
+        every backend, ``"numba"`` included: there is nothing to compile.
+        ``sampler_info_[c]["backend"]`` says which kernel ran
+        (``"numpy"`` for full-data and signed chains).
 
     References
     ----------
@@ -907,6 +929,12 @@ integration_time, chebyshev_cycle
         chain's own switch, see :class:`_SignedECSAdapter`).  The result is
         in ``Prepared.tuning``.
         """
+        if self.backend == "numba" and self.estimator == "perturbed":
+            # Refused here, before the passes of the set-up, not by the chain.
+            support = getattr(posterior, "compiled_support", None)
+            reason = None if support is None else support()
+            if reason is not None:
+                raise _ecs_compiled.refusal(reason)
         build = None if self.estimator == "signed" else self._centre_check(rng)
         prepared = prepare_at_full_data_mode(self, rng, posterior, centre_check=build)
         ex = prepared.expansion
