@@ -149,7 +149,7 @@ def test_subset_grows_only_when_that_saves_the_chord_pass():
         def subset_decrement(self, theta):
             return self.lam
 
-        def __call__(self, theta, lam):
+        def __call__(self, theta, lam, exact=True):
             self.asked.append(lam)
             return lam <= self.limit
 
@@ -295,3 +295,32 @@ def test_constant_column_under_a_vague_prior_fits():
                                      prior_scale=1e8, intercept_prior_scale=1e8)
     est.fit(X, y)
     assert np.all(np.isfinite(est.coef_))
+
+
+def test_verdict_only_check_gives_the_exact_verdict():
+    """``exact=False`` (the subset-growth candidates) may stop a clear refusal
+    after a few draws; the verdicts are those of the full statistic, a
+    stopped refusal logs a lower bound of it, and an acceptance is exact."""
+    post, rng = _posterior()
+    mode, H = _full_mode(post)
+    idx, _, H_sub = _subset(post, rng)
+    u = np.random.default_rng(2).standard_normal(post.dim)
+    u /= np.linalg.norm(u)
+    L = np.linalg.cholesky(H)
+    stopped = 0
+    for k in (0.0, 1.0, 3.0, 10.0, 30.0, 200.0):
+        centre = mode + k * np.linalg.solve(L.T, u)
+        for lam in (0.0, 50.0, 5000.0):
+            full = CentreCheck(post, H_sub, idx, np.random.default_rng(1), M_MIN, TARGET)
+            quick = CentreCheck(post, H_sub, idx, np.random.default_rng(1), M_MIN, TARGET)
+            verdict = full(centre, lam, mean=mode)
+            assert quick(centre, lam, mean=mode, exact=False) == verdict, (k, lam)
+            a, b = full.checks[-1], quick.checks[-1]
+            assert b["baseline"] == a["baseline"]
+            if b["exact"]:
+                assert b["sigma2"] == a["sigma2"]
+            else:
+                assert not verdict and b["sigma2"] <= a["sigma2"]
+                stopped += 1
+    # The quick path did stop early on the clear refusals (else it saves nothing).
+    assert stopped >= 3

@@ -13,6 +13,7 @@ algebra (``delta_k in R^K``) and the curvature bound branch on ``K``.
 
 from __future__ import annotations
 
+import math
 from typing import NamedTuple
 
 import numpy as np
@@ -208,12 +209,26 @@ class CentreCheck:
                                   len(self._rows[0]), n_blocks=1)
         return est, est._with_coefficients(*self._rows)
 
-    def sigma2(self, centre, mean, scale):
-        """``n^2 Q_75(V) / m`` at draws ``N(mean, scale * Sigma)``, theta* = ``centre``."""
+    def sigma2(self, centre, mean, scale, refused=None):
+        """``n^2 Q_75(V) / m`` at draws ``N(mean, scale * Sigma)``, theta* = ``centre``.
+
+        With ``refused`` (a predicate non-decreasing in its argument; one
+        linear predictor only), the draws stop as soon as it holds for a
+        lower bound of the statistic: the 75% quantile of ``N`` variances is
+        at least the ``(N - j)``-th largest of those computed so far (``j``
+        its lower index; 6 of 20).  That bound is returned (not memoised);
+        ``refused`` then holds for the full statistic too.
+        """
         key = (self._key(centre), self._key(mean), float(scale))
         hit = self._memo_sigma2.get(key)
         if hit is not None:
             return hit
+        n = self.posterior.n_obs
+        if refused is not None and self.single_predictor:
+            n_draws = len(self._z)
+            top = n_draws - int(math.floor((n_draws - 1) * 0.75))
+        else:
+            top = None
         est, sub = self._estimator(centre)
         # theta = mean + sqrt(scale) L^{-T} z has covariance scale * Sigma.
         if self._offsets is None:
@@ -237,24 +252,38 @@ class CentreCheck:
                 hcd = sub.half_c * delta
                 slope = sub.b + hcd
                 var[i] = (ell - (sub.a + delta * slope)).var()
+                if top is not None and i + 1 >= top:
+                    bound = n * n * float(np.sort(var[:i + 1])[-top]) / self.m
+                    if refused(bound):
+                        return bound
         else:
             var = [est.differences(np.asarray(mean) + o, sub)[0].var() for o in offsets]
-        n = self.posterior.n_obs
         out = self._memo_sigma2[key] = n * n * float(np.quantile(var, 0.75)) / self.m
         return out
 
-    def __call__(self, centre, decrement, mean=None):
+    def __call__(self, centre, decrement, mean=None, exact=True):
         """Accept ``centre`` as theta*?  ``decrement``: the (expected) Newton
         decrement of ``mean`` (default: the centre itself) is 0 when ``mean`` is
-        the mode estimate; else the expected decrement of the centre."""
+        the mode estimate; else the expected decrement of the centre.
+
+        With ``exact=False`` only the verdict is needed: a refusal may stop
+        early (:meth:`sigma2`'s ``refuse_above``) and then logs a lower bound
+        of ``sigma2`` (``"exact": False`` in :attr:`checks`).  The verdict is
+        the same either way."""
         mean = np.asarray(centre if mean is None else mean, dtype=np.float64)
         d = self.posterior.dim
         decrement = max(0.0, float(decrement))
-        at = self.sigma2(centre, mean, 1.0 + decrement / d)
-        base = self.sigma2(mean, mean, 1.0)
+        if exact:
+            at = self.sigma2(centre, mean, 1.0 + decrement / d)
+            base = self.sigma2(mean, mean, 1.0)
+        else:
+            base = self.sigma2(mean, mean, 1.0)
+            limit = self.fraction * max(self.target_var, base)
+            at = self.sigma2(centre, mean, 1.0 + decrement / d,
+                             refused=lambda value: value - base > limit)
         ok = bool(np.isfinite(at) and at - base <= self.fraction * max(self.target_var, base))
         self.checks.append({"decrement": decrement, "sigma2": at, "baseline": base,
-                            "accepted": ok})
+                            "accepted": ok, "exact": exact or ok})
         return ok
 
     def last_entry(self):
