@@ -6,8 +6,10 @@ variance predicted at the point it would pass over next is above a fraction
 of the sampler's target, and no longer.  Checked here: a far centre is
 refined and a near one is not (and the decision matches the variance
 actually measured there); the predicted decrements match the observed ones;
-the estimator reports the passes, their times and the predictions; and the
-rule changes neither the small fixed problems (fingerprints) nor where
+the estimator reports the passes, their times and the predictions; the
+draws with theta* left where the rule stops (decrement of order 10^2) match
+quadrature; a subset Hessian without a Cholesky factor builds no check; and
+the rule changes neither the small fixed problems (fingerprints) nor where
 validation fails.
 """
 
@@ -324,3 +326,110 @@ def test_verdict_only_check_gives_the_exact_verdict():
                 stopped += 1
     # The quick path did stop early on the clear refusals (else it saves nothing).
     assert stopped >= 3
+
+
+# Draws with theta* left far from the mode by the rule (review finding 2).
+# A 2-parameter logistic posterior on 20,000 rows, known by quadrature; the
+# subset mode the search starts from is moved to a Newton decrement of a
+# few hundred (what the rule accepts at 10^8 rows is ~2000: the remainder
+# variance grows like decrement^3 / (n m), so a smaller n accepts less).
+# The chord path is forced on (CHORD_MIN_SUBSET patched) and the real rule
+# decides.  Allowance: the rule lets the centre add at most
+# CENTRE_VARIANCE_FRACTION * target = 0.1 to sigma^2; the perturbed target
+# then differs from the posterior by a log-density term of sd at most about
+# sigma^2 / 2 = 0.05, which moves a mean or sd by at most ~0.05 posterior sd
+# (Cauchy-Schwarz, to first order).  So |err| <= 4 MCSE + 0.05 sd.
+FAR_N, FAR_ALLOWANCE = 20_000, 0.05
+
+
+@pytest.fixture(scope="module")
+def far_problem():
+    from tests.conftest import make_logistic
+    from tests.test_samplers import _logistic_quadrature
+
+    post = make_logistic(n=FAR_N, d=1, seed=11)
+    # Grid spacing 0.3 sd over +-6 sd: the trapezoid rule's error on a
+    # near-Gaussian density is ~exp(-2 pi^2 / 0.3^2), negligible.
+    return post, _logistic_quadrature(post, n_grid=41, width=6.0)
+
+
+def _far_chains(monkeypatch, post, decrement0, subsample_size="auto", accept_all=False,
+                n_warmup=500, n_draws=1500, seed=0):
+    from bayesian_subsample.samplers import HMCECS, _hmc_family
+
+    monkeypatch.setattr(_hmc_family, "CHORD_MIN_SUBSET", 100)
+    original = _hmc_family.subset_mode
+
+    mode, H_full = _full_mode(post)
+    u = np.ones(post.dim) / np.sqrt(post.dim)
+    # decrement0 whitened units from the full-data mode: the exact decrement
+    # there is about decrement0 whatever the random subset.
+    start = mode + np.sqrt(decrement0) * np.linalg.solve(np.linalg.cholesky(H_full).T, u)
+
+    def far(config, rng, posterior, return_idx=False):
+        _, cost, H, idx, rows = original(config, rng, posterior, return_idx=True)
+        return start.copy(), cost, H, idx, rows
+
+    monkeypatch.setattr(_hmc_family, "subset_mode", far)
+    if accept_all:
+        # The broken variant: the rule's prediction is made and logged, but
+        # every centre is accepted.
+        judge = CentreCheck.__call__
+
+        def accept(self, centre, decrement, mean=None, exact=True):
+            self.verdicts = getattr(self, "verdicts", []) + [
+                judge(self, centre, decrement, mean, exact=exact)]
+            return True
+
+        monkeypatch.setattr(CentreCheck, "__call__", accept)
+    config = HMCECS(subsample_size=subsample_size, backend="numpy")
+    ss = np.random.SeedSequence(seed).spawn(5)
+    prep = config.prepare(np.random.default_rng(ss[0]), post)
+    draws = np.stack([config.run_chain(np.random.default_rng(s), post, prep, n_warmup,
+                                       n_draws).draws for s in ss[1:]])
+    return prep, draws
+
+
+def _far_errors(draws, mean, sd):
+    """|err| / (4 MCSE + allowance * sd) for the means and the sds."""
+    from bayesian_subsample.diagnostics import mcse_mean, mcse_sd
+
+    em = np.abs(draws.mean(axis=(0, 1)) - mean) / (4 * mcse_mean(draws) + FAR_ALLOWANCE * sd)
+    es = np.abs(draws.std(axis=(0, 1)) - sd) / (4 * mcse_sd(draws) + FAR_ALLOWANCE * sd)
+    return np.concatenate([em, es])
+
+
+def _assert_far_draws(prep, draws, mean, sd):
+    log = prep.newton_log
+    # The regime under test: the search stopped after one order-2 pass at a
+    # centre the rule accepted with a decrement of order 10^2 to 10^3.
+    assert len(log) == 1 and 100 <= log[-1]["decrement"] <= 1000
+    assert log[-1]["sigma2"] <= 0.1
+    ratio = _far_errors(draws, mean, sd)
+    assert np.all(ratio <= 1.0), ratio
+
+
+def test_draws_match_quadrature_with_a_far_centre_the_rule_accepts(monkeypatch, far_problem):
+    post, (mean, sd) = far_problem
+    prep, draws = _far_chains(monkeypatch, post, 130.0)
+    _assert_far_draws(prep, draws, mean, sd)
+
+
+def test_far_centre_with_too_small_m_fails_the_same_check(monkeypatch, far_problem):
+    """Negative control: a farther centre (decrement ~1200) and a fixed
+    m = 100, so sigma^2 is ~200 times the target; the rule refuses it (its
+    verdict is recorded) but the broken variant keeps it as theta*."""
+    post, (mean, sd) = far_problem
+    prep, draws = _far_chains(monkeypatch, post, 1200.0, subsample_size=100,
+                              accept_all=True)
+    assert prep.newton_log[-1]["sigma2"] > 10
+    assert np.max(_far_errors(draws, mean, sd)) > 1.0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_far_centre_draws_match_quadrature_long_chains(monkeypatch, far_problem, seed):
+    """Longer chains (MCSE about half the fast test's) and other seeds."""
+    post, (mean, sd) = far_problem
+    prep, draws = _far_chains(monkeypatch, post, 130.0, n_draws=6000, seed=seed)
+    _assert_far_draws(prep, draws, mean, sd)
