@@ -433,3 +433,53 @@ def test_far_centre_draws_match_quadrature_long_chains(monkeypatch, far_problem,
     post, (mean, sd) = far_problem
     prep, draws = _far_chains(monkeypatch, post, 130.0, n_draws=6000, seed=seed)
     _assert_far_draws(prep, draws, mean, sd)
+
+
+def test_subset_growth_is_capped_by_a_row_memory_budget():
+    """Growth is capped by REFERENCE_ROWS_MAX_BYTES as well as by the share of
+    n (review finding 6): the held rows stay O(budget), not O(n d)."""
+    from bayesian_subsample.samplers import _hmc_family
+
+    class Check:
+        def subset_decrement(self, theta):
+            return 31 * (10**9 / 10**7 - 1)
+
+        def __call__(self, theta, lam, **kw):
+            return lam <= self.limit
+
+    check = Check()
+    check.limit = Check().subset_decrement(None) / 2
+    n, s = 10**9, 10**7
+    # Without the cap, 5% of 10^9 rows allows doubling the subset (negative
+    # control); a budget of 1.5 s rows does not.
+    assert _hmc_family._grown_subset(check, None, n, s) == 2 * s
+    assert _hmc_family._grown_subset(check, None, n, s, max_rows=int(1.5 * s)) is None
+    assert _hmc_family._grown_subset(check, None, n, s, max_rows=2 * s) == 2 * s
+    # The budget in rows follows from the gathered rows' bytes.
+    X32 = np.zeros((100, 29), np.float32)
+    assert _hmc_family._row_bytes((X32, np.zeros(100), None), 100) == 29 * 4 + 8
+    assert _hmc_family._row_bytes(None, 100) is None
+
+
+@pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
+def test_fit_passes_the_row_budget_to_the_growth_rule(monkeypatch):
+    from bayesian_subsample import BayesianLogisticRegression
+    from bayesian_subsample.samplers import _hmc_family
+
+    monkeypatch.setattr(_hmc_family, "CHORD_MIN_SUBSET", 2000)
+    budget = 2500 * (D * 4 + 8)  # 2,500 rows of float32 X and float64 y
+    monkeypatch.setattr(_hmc_family, "REFERENCE_ROWS_MAX_BYTES", budget)
+    seen = []
+    original = _hmc_family._grown_subset
+
+    def spy(check, theta0, n, size, max_rows=None):
+        seen.append(max_rows)
+        return original(check, theta0, n, size, max_rows=max_rows)
+
+    monkeypatch.setattr(_hmc_family, "_grown_subset", spy)
+    post, _ = _posterior()
+    est = BayesianLogisticRegression(n_chains=1, n_warmup=20, n_draws=5, random_state=0)
+    est.fit(post.model.X, post.model.y)
+    assert seen == [2500]
+    # 2,000 starting rows: growth (x1.5 = 3,000 rows) would exceed the budget.
+    assert est.sampler_info_[0]["setup_subset_size"] == 2000

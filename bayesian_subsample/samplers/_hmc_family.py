@@ -327,6 +327,15 @@ CENTRE_VARIANCE_FRACTION = 0.1
 #: a fraction of a full pass per per cent of the rows (measured in
 #: ``doc/benchmarks.rst``), so beyond a few per cent a chord pass is cheaper.
 REFERENCE_FRACTION_MAX = 0.05
+
+#: Largest memory (bytes) the grown subset's gathered rows may take
+#: (:func:`prepare_at_full_data_mode`), whatever :data:`REFERENCE_FRACTION_MAX`
+#: allows: the rows are held in memory during the mode search, so a share of
+#: ``n`` alone would make set-up memory O(n d) (5% of 10^9 rows of 29 float32
+#: columns is 5.8 GB).  256 MiB keeps the measured 10^8-row growth (1.5% of
+#: the rows, about 190 MB) and caps it at about 2.2% there, 0.2% at 10^9.  The
+#: starting subset (``reference_fraction``) is not capped by it.
+REFERENCE_ROWS_MAX_BYTES = 256 * 2**20
 _GROWTH_FACTORS = (1.5, 2.0, 3.0, 4.0, 5.0)
 
 
@@ -357,16 +366,25 @@ def subset_mode(config, rng, posterior, return_idx=False):
     return (theta, cost, hessian, idx, rows) if return_idx else (theta, cost, hessian)
 
 
-def _grown_subset(check, theta0, n, size):
+def _row_bytes(rows, size):
+    """Bytes per row of gathered ``rows`` (a tuple of per-row arrays) of a
+    subset of ``size`` rows; None if they are not such a tuple."""
+    if not isinstance(rows, tuple) or size <= 0:
+        return None
+    return sum(a.nbytes for a in rows if isinstance(a, np.ndarray)) / size
+
+
+def _grown_subset(check, theta0, n, size, max_rows=None):
     """The smallest subset size, at most :data:`REFERENCE_FRACTION_MAX` of the
-    data, whose mode the check predicts good enough as theta* without a chord
-    pass (None if the current subset's is, or if none is)."""
+    data and at most ``max_rows`` rows, whose mode the check predicts good
+    enough as theta* without a chord pass (None if the current subset's is,
+    or if none is)."""
     lam = check.subset_decrement(theta0)
     if lam is None or check(theta0, lam):
         return None
     for factor in _GROWTH_FACTORS:
         grown = int(math.ceil(factor * size))
-        if grown > REFERENCE_FRACTION_MAX * n:
+        if grown > REFERENCE_FRACTION_MAX * n or (max_rows is not None and grown > max_rows):
             return None
         # The subset mode's sampling error shrinks like n / s - 1.
         # Only the verdict is needed here (these checks are not logged with
@@ -412,8 +430,8 @@ def prepare_at_full_data_mode(config, rng, posterior, centre_check=None):
     only: from :data:`CHORD_MIN_SUBSET` subset rows); ``Prepared.mode_estimate``
     is then theta* plus the Newton step of its expansion.  If the check
     rejects the subset's mode as theta* but predicts that the mode of a
-    larger subset (at most :data:`REFERENCE_FRACTION_MAX` of the rows) would
-    pass, fresh rows are added and the mode re-solved from the old one
+    larger subset (at most :data:`REFERENCE_FRACTION_MAX` of the rows, and
+    rows of at most :data:`REFERENCE_ROWS_MAX_BYTES`) would pass, fresh rows are added and the mode re-solved from the old one
     (:func:`_grown_subset`): one order-2 pass then replaces a chord pass and
     the order-2 pass after it (at 10^8 rows: 1.5% of the rows, measured in
     ``doc/benchmarks.rst``).  A check that cannot be built (the subset
@@ -425,8 +443,10 @@ def prepare_at_full_data_mode(config, rng, posterior, centre_check=None):
     check = None
     if hessian is not None and centre_check is not None:
         check = _built_check(centre_check, posterior, hessian, idx)
+        row_bytes = _row_bytes(rows, len(idx))
+        max_rows = None if not row_bytes else int(REFERENCE_ROWS_MAX_BYTES // row_bytes)
         grown = None if check is None else _grown_subset(check, theta0, posterior.n_obs,
-                                                         len(idx))
+                                                         len(idx), max_rows=max_rows)
         if grown is not None:
             # A larger subset whose mode is predicted to be good enough as
             # theta* as it is: one order-2 pass instead of a chord pass
