@@ -85,7 +85,11 @@ BACKENDS = ("numpy", "numba", "auto")
 #: ``backend="auto"`` compiles for data of at least this many rows.  Below
 #: it a whole fit takes a fraction of a second, mostly set-up, and the numpy
 #: kernel (the reference; its draws are bit-reproducible and recorded in the
-#: fingerprints) is kept.
+#: fingerprints) is kept.  Not weighed: the one-off numba import and
+#: kernel load per process (0.3-1.2 s in each loky worker under load,
+#: ``benchmarks/bench_first_fit.py``), about repaid within a first fit of
+#: 1000 + 1000 iterations; whether it pays depends on how many fits a
+#: process runs, which ``"auto"`` cannot know.
 AUTO_MIN_ROWS = 100_000
 
 #: Iterations between stop checks and progress callbacks when either is given.

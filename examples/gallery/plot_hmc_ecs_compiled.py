@@ -8,9 +8,10 @@ iterations and 1000 draws), split into the set-up (theta*, control-variate
 sums, mass matrix and the pilot for the subsample size: passes over all the
 data), warm-up and sampling, with the numpy kernel (``HMCECS(backend="numpy")``)
 and the compiled one (``backend="numba"``, which ``"auto"`` picks at this
-size when numba is installed).  Both make the same accept/reject decisions
-for the same seed (their draws agree to rounding), so the min ESS is the
-same; the compiled loop runs the 2000 iterations about 3.5 times faster,
+size when numba is installed).  On this fit both made the same
+accept/reject decisions for the same seed (their draws agree to rounding;
+not guaranteed in general, since warm-up adaptation can amplify a rounding
+difference, see ``doc/hmc_ecs.rst``), so the min ESS is the same; the compiled loop runs the 2000 iterations about 3.5 times faster,
 and the set-up passes are then most of the fit.  The last bar is NumPyro's
 HMCECS on the same data, model and prior (its JIT compilation and its
 sampling), on another scale.
