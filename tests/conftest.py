@@ -20,6 +20,26 @@ def make_logistic(n=2000, d=3, seed=0, weights=False, fit_intercept=True, prior_
     return TallPosterior(model, GaussianPrior(np.full(model.dim, prior_scale)))
 
 
+def make_tall_logistic(n=200_000, d=8, seed=3):
+    """A tall float32 logistic posterior (chunks of 20,000 rows) for the theta*
+    search tests (tests/test_newton_chord.py, tests/test_centre_check.py);
+    returns it with the generator that made it, for drawing subsets."""
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((n, d)).astype(np.float32)
+    beta = rng.normal(0.0, 0.5, d)
+    y = (rng.random(n) < 1 / (1 + np.exp(-(X @ beta) - 0.3))).astype(float)
+    return TallPosterior(GLM(X, y, LogisticFamily(), chunk_size=20_000),
+                         GaussianPrior(np.full(d + 1, 10.0))), rng
+
+
+def exact_gradient_and_hessian(post, theta):
+    """Gradient and negative Hessian of the log posterior at ``theta`` (one
+    order-2 pass over all the data)."""
+    _, g, h = post.model.sums(theta, 2)
+    g = g + post.prior.logdensity_and_grad(theta)[1]
+    return g, -(h + post.prior.hessian(theta))
+
+
 def make_gaussian(n=2000, d=3, seed=0, noise=1.0, prior_scale=5.0, chunk_size=4096):
     """A linear-Gaussian posterior (known noise): conjugate, exactly Gaussian."""
     rng = np.random.default_rng(seed)
