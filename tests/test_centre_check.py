@@ -370,9 +370,10 @@ def _far_chains(monkeypatch, post, decrement0, subsample_size="auto", accept_all
         judge = CentreCheck.__call__
 
         def accept(self, centre, decrement, mean=None, exact=True):
-            self.verdicts = getattr(self, "verdicts", []) + [
-                judge(self, centre, decrement, mean, exact=exact)]
+            _far_chains.verdicts.append(judge(self, centre, decrement, mean, exact=exact))
             return True
+
+        _far_chains.verdicts = []
 
         monkeypatch.setattr(CentreCheck, "__call__", accept)
     config = HMCECS(subsample_size=subsample_size, backend="numpy")
@@ -416,6 +417,7 @@ def test_far_centre_with_too_small_m_fails_the_same_check(monkeypatch, far_probl
     prep, draws = _far_chains(monkeypatch, post, 1200.0, subsample_size=100,
                               accept_all=True)
     assert prep.newton_log[-1]["sigma2"] > 10
+    assert _far_chains.verdicts[-1] is False  # the real rule refuses this centre
     assert np.max(_far_errors(draws, mean, sd)) > 1.0
 
 
