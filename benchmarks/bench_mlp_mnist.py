@@ -72,6 +72,7 @@ eighth of a training pass).
 
 import argparse
 import json
+import os
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
@@ -83,6 +84,11 @@ from bayesian_subsample.likelihood._model_target import HierarchicalPosterior
 from bayesian_subsample.models._mlp import MLP, MLPModel
 from bayesian_subsample.samplers._sg_model import (
     METHODS, ModelSG, _kept_iterations, run_model_chain)
+
+#: The MNIST file of the project's shared data (``../shared/data`` beside the
+#: checkout); pass ``--data`` to read another copy.
+MNIST = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir,
+                                      os.pardir, "shared", "data", "mnist.npz"))
 
 
 def load_split(path, seed):
@@ -127,7 +133,7 @@ def ece(p, y, n_bins=15):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--data", default="/work/shared/data/mnist.npz")
+    ap.add_argument("--data", default=MNIST)
     ap.add_argument("--methods", nargs="+", default=["sgd", "sgd_momentum", "sgld", "sghmc"])
     ap.add_argument("--passes", type=int, default=800)
     ap.add_argument("--burn-in", type=int, default=50)

@@ -55,7 +55,7 @@ from bayesian_subsample.models._mlp import MLP, MLPModel
 from bayesian_subsample.samplers._sg_model import ModelSG, _kept_iterations, run_model_chain
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_mlp_mnist import calibration, load_split, softmax_probs  # noqa: E402
+from bench_mlp_mnist import MNIST, calibration, load_split, softmax_probs  # noqa: E402
 
 
 def sgld_inflation(h):
@@ -218,7 +218,7 @@ def run_one(args, method, eta, factor):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--data", default="/work/shared/data/mnist.npz")
+    ap.add_argument("--data", default=MNIST)
     ap.add_argument("--start", default="/tmp/mlp_start.npz")
     ap.add_argument("--start-passes", type=int, default=150)
     ap.add_argument("--start-eta", type=float, default=4e-6)

@@ -38,12 +38,12 @@ from bayesian_subsample.models._mlp import MLP, MLPModel
 from bayesian_subsample.samplers._sg_model import ModelSG, run_model_chain
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
-from bench_mlp_mnist import load_split  # noqa: E402
+from bench_mlp_mnist import MNIST, load_split  # noqa: E402
 
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--data", default="/work/shared/data/mnist.npz")
+    ap.add_argument("--data", default=MNIST)
     ap.add_argument("--rates", nargs="+", default=["sghmc=4e-6", "sgld=1e-4", "sghmc=2e-6"])
     ap.add_argument("--momentum-decay", type=float, default=0.01)
     ap.add_argument("--batch-size", type=int, default=500)

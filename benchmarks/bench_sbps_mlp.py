@@ -85,7 +85,8 @@ from bayesian_subsample.samplers.adaptation import (  # noqa: E402
 from bayesian_subsample.samplers.metric import metric_from_mass_matrix  # noqa: E402
 from bayesian_subsample.diagnostics import ess_bulk, split_rhat  # noqa: E402
 
-DATA = "/work/shared/data/mnist.npz"
+DATA = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir,
+                                     os.pardir, "shared", "data", "mnist.npz"))
 C_L2 = 0.001
 
 

@@ -15,6 +15,7 @@ For the full Figure 4 comparison see ``benchmarks/bench_mlp_mnist.py``.
 """
 
 import argparse
+import os
 import time
 import warnings
 
@@ -35,7 +36,9 @@ def ece(p, y, n_bins=15):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--data", default="/work/shared/data/mnist.npz")
+    ap.add_argument("--data", default=os.path.normpath(os.path.join(
+        os.path.dirname(os.path.abspath(__file__)), os.pardir, os.pardir, "shared", "data",
+        "mnist.npz")))
     ap.add_argument("--passes", type=int, default=60)
     ap.add_argument("--n-train", type=int, default=50000)
     args = ap.parse_args()
