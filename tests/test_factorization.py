@@ -551,6 +551,10 @@ def test_fitted_model_pickles_and_continue_sampling_points_to_partial_fit():
     np.testing.assert_array_equal(again.predict(X[:20]), est.predict(X[:20]))
     with pytest.raises(NotImplementedError, match="partial_fit"):
         est.continue_sampling(X, y, 3)
+    # The ArviZ export is refused too, pointing to what the fit does offer.
+    for export in (est.to_datatree, est.to_inference_data):
+        with pytest.raises(NotImplementedError, match="summary"):
+            export()
 
 
 @pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")

@@ -224,3 +224,29 @@ def test_estimators_pass_the_option_through():
     with pytest.raises(ValueError, match="SGLD has no friction"):
         BayesianMLPClassifier(sampler="sgld", noise_correction="fisher", n_chains=1,
                               n_warmup=1, n_draws=1).fit(X, y)
+
+
+class _WithoutPerRowProducts:
+    """A row model that hides its per-row products (as a model without them would)."""
+
+    def __init__(self, model):
+        self._model = model
+
+    def __getattr__(self, name):
+        if name in ("loglik_grad_and_rows", "loglik_grad_and_tangent"):
+            raise AttributeError(name)
+        return getattr(self._model, name)
+
+
+@pytest.mark.parametrize("method, correction, needed", [
+    ("sghmc", "fisher", "loglik_grad_and_rows"),
+    ("sbps", None, "loglik_grad_and_tangent"),
+])
+def test_a_model_without_the_needed_products_is_refused_before_sampling(method, correction,
+                                                                          needed):
+    post, *_ = _linear_problem(lam=LAM, tau=1.0)
+    config = ModelSG(method, M, noise_correction=correction)
+    config.prepare(np.random.default_rng(0), post)  # control: the MLP model has them
+    post.model = _WithoutPerRowProducts(post.model)
+    with pytest.raises(ValueError, match=needed):
+        config.prepare(np.random.default_rng(0), post)

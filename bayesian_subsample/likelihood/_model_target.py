@@ -110,12 +110,7 @@ class ModelMinibatchGradient:
         with ``loglik_grad_and_rows`` (:class:`~bayesian_subsample.models.MLPModel`).
         """
         p = self.posterior
-        rows_fn = getattr(p.model, "loglik_grad_and_rows", None)
-        if rows_fn is None:
-            raise ValueError(
-                f"{type(p.model).__name__} gives no per-row gradient products "
-                "(loglik_grad_and_rows), which the SG-HMC gradient-noise correction needs "
-                "for V_hat. Use noise_correction=None.")
+        rows_fn = p.model_method("loglik_grad_and_rows")
         idx = sample_without_replacement(rng, p.n_obs, self.subsample_size)
         _, g, rows = rows_fn(position, np.sort(idx), self.hyper.noise_precision)
         grad = (p.n_obs / self.subsample_size) * g - self._prior_precision * position
@@ -131,13 +126,7 @@ class ModelMinibatchGradient:
         forward-mode pass; :class:`~bayesian_subsample.models.MLPModel` has it).
         """
         p = self.posterior
-        tangent = getattr(p.model, "loglik_grad_and_tangent", None)
-        if tangent is None:
-            raise ValueError(
-                f"{type(p.model).__name__} gives no per-row directional derivatives "
-                "(loglik_grad_and_tangent), which the stochastic bouncy particle sampler "
-                "needs for its noise variance (Pakman et al., 2017, eq. 10). Use a "
-                "stochastic-gradient sampler.")
+        tangent = p.model_method("loglik_grad_and_tangent")
         idx = np.sort(sample_without_replacement(rng, p.n_obs, self.subsample_size))
         position = np.asarray(position, dtype=np.float64)
         _, g, along = tangent(position, idx, self.hyper.noise_precision)
@@ -352,6 +341,19 @@ class ModelFullTarget:
         return ll - 0.5 * float(prec @ (position * position)), g - prec * position
 
 
+#: Optional row-model methods: what needs each one, and the way out without it
+#: (the message of :meth:`HierarchicalPosterior.model_method`).
+_OPTIONAL_MODEL_METHODS = {
+    "loglik_grad_and_rows": (
+        "per-row gradient products, which the SG-HMC gradient-noise correction needs for "
+        "V_hat", "Use noise_correction=None."),
+    "loglik_grad_and_tangent": (
+        "per-row directional derivatives, which the stochastic bouncy particle sampler "
+        "needs for its noise variance (Pakman et al., 2017, eq. 10)",
+        "Use a stochastic-gradient sampler."),
+}
+
+
 class HierarchicalPosterior:
     """A row model with a grouped Gaussian prior and Gamma hyper-priors.
 
@@ -384,6 +386,16 @@ class HierarchicalPosterior:
         self.prior_rate = float(prior_rate)
         self.prior_precision = prior_precision
         self.noise_precision = noise_precision
+
+
+    def model_method(self, name):
+        """The row model's optional method ``name`` (e.g. ``"loglik_grad_and_rows"``),
+        or a ValueError that names what needs it and the way out."""
+        fn = getattr(self.model, name, None)
+        if fn is None:
+            needs, fix = _OPTIONAL_MODEL_METHODS[name]
+            raise ValueError(f"{type(self.model).__name__} gives no {needs} ({name}). {fix}")
+        return fn
 
     def init_position(self, rng):
         return np.asarray(self._init(rng), dtype=np.float64)

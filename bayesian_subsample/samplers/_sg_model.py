@@ -237,6 +237,12 @@ class ModelSG(SamplerConfig):
 
     def prepare(self, rng, posterior):
         self.validate(posterior.n_obs)
+        # What the row model must offer, asked before any sampling (the
+        # correction starts only after warm-up, SBPS at its first observation).
+        if getattr(self, "noise_correction", None) is not None:
+            posterior.model_method("loglik_grad_and_rows")
+        if self.method in SBPS_METHODS:
+            posterior.model_method("loglik_grad_and_tangent")
         return Prepared(None, 0)
 
     def run_chain(self, rng, posterior, prepared, n_warmup, n_draws, callback=None, stop=None,

@@ -8,7 +8,7 @@ constant); the integrators use the potential energy ``-logdensity``.
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Any, Callable, Protocol
 
 import numpy as np
 
@@ -249,6 +249,10 @@ class HierarchicalGradientPosterior(Protocol):
     has_noise_precision: bool
 
     def init_position(self, rng: np.random.Generator) -> np.ndarray: ...
+
+    def model_method(self, name: str) -> Callable:
+        """The row model's optional method ``name``, or a ValueError naming
+        what needs it (asked before sampling by samplers that need one)."""
 
     def init_hyper(self, rng: np.random.Generator, position: np.ndarray) -> tuple[Hyper, int]:
         """A draw from ``p(hyper | position)`` and its per-observation cost."""
