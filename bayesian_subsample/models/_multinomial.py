@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._glm import DEFAULT_CHUNK_SIZE, FLOAT32_GEMM_ROWS, GLM
+from ._glm import DEFAULT_CHUNK_SIZE, FLOAT32_GEMM_ROWS, FLOAT64_GEMM_ROWS, GLM
 from ._predictive import for_each_prob
 
 __all__ = ["SoftmaxFamily", "MultinomialGLM", "softmax_log_proba"]
@@ -243,19 +243,28 @@ class MultinomialGLM(GLM):
         """``sum_i kron(c_i, z_i z_i^T)`` in ``theta`` layout for ``c`` of shape (m, K, K).
 
         One ``p x p`` weighted product per pair ``k <= l`` (a loop over the
-        ``K (K + 1) / 2`` class pairs, not over rows).
+        ``K (K + 1) / 2`` class pairs, not over rows), in blocks of
+        :data:`~bayesian_subsample.models._glm.FLOAT64_GEMM_ROWS` rows whose
+        design, scaled by ``c_kl``, stays in cache for the product (float32
+        rows: :data:`~bayesian_subsample.models._glm.FLOAT32_GEMM_ROWS`).
         """
         K, p = self.n_classes, self.n_design
         if Xr.dtype == np.float32:
             return self._weighted_outer_float32(Xr, c)
-        Z = self.design(Xr)
+        upper = np.zeros((K, K, p, p))
+        for s in range(0, len(Xr), FLOAT64_GEMM_ROWS):
+            Z = self.design(Xr[s:s + FLOAT64_GEMM_ROWS])
+            cb = c[s:s + FLOAT64_GEMM_ROWS]
+            Zt = Z.T
+            for k in range(K):
+                for l in range(k, K):
+                    upper[k, l] += (Zt * cb[:, k, l]) @ Z
         out = np.empty((K, p, K, p))
         for k in range(K):
             for l in range(k, K):
-                block = (Z * c[:, k, l][:, None]).T @ Z
-                out[k, :, l, :] = block
+                out[k, :, l, :] = upper[k, l]
                 if l != k:
-                    out[l, :, k, :] = block.T
+                    out[l, :, k, :] = upper[k, l].T
         return out.reshape(K * p, K * p)
 
     def _block_weighted_outer(self, xb, Xd, c):
@@ -293,8 +302,8 @@ class MultinomialGLM(GLM):
     def design_outer(self, Xr, w):
         """``sum_i w_i z_i z_i^T``, shape (p, p) (for curvature bounds).
 
-        Float32 rows in blocks, products in float32, sums in float64 (as
-        :meth:`weighted_outer`).
+        Rows in blocks as in :meth:`weighted_outer` (float32 rows: products
+        in float32, sums in float64).
         """
         if Xr.dtype == np.float32:
             out = np.zeros((self.n_design, self.n_design))
@@ -302,8 +311,11 @@ class MultinomialGLM(GLM):
                 Z = self._design_float32(Xr[s:s + FLOAT32_GEMM_ROWS])
                 out += (Z.T * w[s:s + FLOAT32_GEMM_ROWS].astype(np.float32)) @ Z
             return out
-        Z = self.design(Xr)
-        return (Z * w[:, None]).T @ Z
+        out = np.zeros((self.n_design, self.n_design))
+        for s in range(0, len(Xr), FLOAT64_GEMM_ROWS):
+            Z = self.design(Xr[s:s + FLOAT64_GEMM_ROWS])
+            out += (Z.T * w[s:s + FLOAT64_GEMM_ROWS]) @ Z
+        return out
 
     # ---------------------------------------------- per-observation terms
     def eta_terms(self, yr, wr, eta, order=0):
