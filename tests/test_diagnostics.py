@@ -24,6 +24,7 @@ import bayesian_subsample.diagnostics as diag
 from bayesian_subsample.diagnostics import (
     SummaryTable,
     computational_time,
+    convergence_diagnostics,
     ess_bulk,
     ess_mean,
     ess_tail,
@@ -85,7 +86,7 @@ def test_public_api():
         "split_rhat", "ess_bulk", "ess_tail", "ess_mean", "mcse_mean", "mcse_sd",
         "inefficiency_factor", "computational_time", "weighted_mean", "weighted_sd",
         "weighted_quantile", "summarize", "SummaryTable", "configurational_temperature",
-        "ConfigurationalTemperature",
+        "ConfigurationalTemperature", "convergence_diagnostics",
     }
     assert set(diag.__all__) == expected
     for name in diag.__all__:
@@ -477,6 +478,53 @@ def test_chunked_computation_equals_single_block(func, monkeypatch):
     whole = func(x)
     monkeypatch.setattr(_validation, "_MAX_BLOCK_ELEMENTS", 150)  # 1 param per block
     np.testing.assert_allclose(func(x), whole, rtol=1e-13)
+
+
+def _rejecting_chains(rng, shape):
+    """AR(1) draws in which about a third of the moves are rejected (repeated
+    draws: ties for the ranks, as MCMC output has), plus a constant column."""
+    x = ar1(rng, 0.5, shape)
+    rejected = rng.random(shape[:2]) < 0.35
+    rejected[:, 0] = False
+    idx = np.where(rejected, 0, np.arange(shape[1]))
+    idx = np.maximum.accumulate(idx, axis=1)
+    x = np.take_along_axis(x, idx.reshape(idx.shape + (1,) * (x.ndim - 2)), axis=1)
+    if x.ndim == 3 and x.shape[2]:
+        x[:, :, -1] = 2.5
+    return x
+
+
+@pytest.mark.parametrize("shape", [(1, 1000, 30), (4, 101, 5), (2, 7, 3), (3, 50),
+                                   (1, 4, 2), (3, 100, 2, 3), (2, 10, 0)])
+def test_convergence_diagnostics_equals_the_single_functions(shape):
+    # The estimators' convergence check computes all four at once; it must
+    # give what the separate public functions give.
+    x = _rejecting_chains(np.random.default_rng(sum(shape)), shape)
+    together = convergence_diagnostics(x)
+    for name, func in [("r_hat", split_rhat), ("ess_bulk", ess_bulk),
+                       ("ess_tail", ess_tail), ("ess_mean", ess_mean)]:
+        alone = func(x)
+        assert np.shape(together[name]) == np.shape(alone)
+        np.testing.assert_allclose(together[name], alone, rtol=1e-12, atol=0, err_msg=name)
+
+
+def test_convergence_diagnostics_chunked_and_validated(monkeypatch):
+    x = _rejecting_chains(np.random.default_rng(3), (2, 50, 7))
+    whole = convergence_diagnostics(x)
+    monkeypatch.setattr(_validation, "_MAX_BLOCK_ELEMENTS", 150)  # 1 param per block
+    for name, values in convergence_diagnostics(x).items():
+        np.testing.assert_allclose(values, whole[name], rtol=1e-13)
+    with pytest.raises(ValueError, match=r"at least 4 draws per chain"):
+        convergence_diagnostics(np.zeros((2, 3)))
+
+
+def test_average_ranks_are_scipy_rankdata_average():
+    from scipy.stats import rankdata
+
+    a = np.round(np.random.default_rng(2).standard_normal((6, 500)) * 3)  # many ties
+    ranks, ordered = _convergence._average_ranks(a)
+    np.testing.assert_array_equal(ranks, rankdata(a, method="average", axis=-1))
+    np.testing.assert_array_equal(ordered, np.sort(a, axis=-1))
 
 
 def test_empty_parameter_axis():

@@ -7,7 +7,9 @@ Pure functions on arrays of draws shaped ``(chain, draw)`` or
 Convergence and efficiency
     :func:`split_rhat`, :func:`ess_bulk`, :func:`ess_tail`, :func:`ess_mean`,
     :func:`mcse_mean`, :func:`mcse_sd`, :func:`inefficiency_factor`,
-    :func:`computational_time`.
+    :func:`computational_time`; :func:`convergence_diagnostics` gives
+    split R-hat, bulk, tail and mean ESS of every parameter in one
+    computation (what an estimator's fit reports).
 Signed (sign-weighted) estimators
     :func:`weighted_mean`, :func:`weighted_sd`, :func:`weighted_quantile`.
 Summary
@@ -39,6 +41,7 @@ References
 
 from ._convergence import (
     computational_time,
+    convergence_diagnostics,
     ess_bulk,
     ess_mean,
     ess_tail,
@@ -60,6 +63,7 @@ __all__ = [
     "mcse_sd",
     "inefficiency_factor",
     "computational_time",
+    "convergence_diagnostics",
     "weighted_mean",
     "weighted_sd",
     "weighted_quantile",

@@ -17,8 +17,9 @@ This module depends on numpy and scipy only.
 """
 
 import numpy as np
-from scipy import special, stats
+from scipy import special
 
+from . import _validation
 from ._validation import apply_by_param, as_draws, as_signs, finish, flatten_params
 
 __all__ = [
@@ -30,6 +31,7 @@ __all__ = [
     "mcse_sd",
     "inefficiency_factor",
     "computational_time",
+    "convergence_diagnostics",
 ]
 
 _BLOM_OFFSET = 3.0 / 8.0
@@ -72,20 +74,51 @@ def _split_chains(x):
     return np.concatenate((x[:, :half], x[:, x.shape[1] - half :]), axis=0)
 
 
-def _z_scale(x):
+def _average_ranks(a):
+    """Ranks 1..S along the last axis of a 2-D array, ties given their average rank.
+
+    The values of ``scipy.stats.rankdata(a, method="average", axis=-1)``
+    (exact: whole and half integers), from one unstable sort per row (the
+    average rank of a tie does not depend on the order within it), which
+    takes about half of ``rankdata``'s time on (30, 2000) draws.  Returns
+    ``(ranks, sorted_a)``.
+    """
+    n_rows, size = a.shape
+    order = np.argsort(a, axis=-1)
+    ordered = np.take_along_axis(a, order, axis=-1)
+    pos = np.arange(size)
+    # A tie spans sorted positions first..last; its average rank is
+    # (first + last) / 2 + 1.
+    starts = np.empty((n_rows, size), dtype=bool)
+    starts[:, 0] = True
+    np.not_equal(ordered[:, 1:], ordered[:, :-1], out=starts[:, 1:])
+    first = np.maximum.accumulate(np.where(starts, pos, 0), axis=-1)
+    ends = np.empty((n_rows, size), dtype=bool)
+    ends[:, -1] = True
+    ends[:, :-1] = starts[:, 1:]
+    last = np.minimum.accumulate(np.where(ends, pos, size)[:, ::-1], axis=-1)[:, ::-1]
+    ranks = np.empty((n_rows, size))
+    np.put_along_axis(ranks, order, (first + last) / 2.0 + 1.0, axis=-1)
+    return ranks, ordered
+
+
+def _z_scale(x, return_sorted=False):
     """Rank-normalise each parameter over all chains and draws jointly.
 
     Average ranks ``r`` of the ``S = chain * draw`` values are mapped to
     ``Phi^{-1}((r - 3/8) / (S - 2 * 3/8 + 1))`` (Blom's fractional offset).
+    With ``return_sorted``, also the values sorted per parameter, shape
+    ``(S, k)``.
     """
     n_chain, n_draw, n_params = x.shape
     size = n_chain * n_draw
     # rank along a contiguous last axis: (k, chain * draw)
     by_param = np.ascontiguousarray(x.reshape(size, n_params).T)
-    ranks = stats.rankdata(by_param, method="average", axis=-1)
+    ranks, ordered = _average_ranks(by_param)
     c = _BLOM_OFFSET
     z = special.ndtri((ranks - c) / (size - 2 * c + 1))  # == stats.norm.ppf
-    return z.T.reshape(x.shape)
+    z = z.T.reshape(x.shape)
+    return (z, ordered.T) if return_sorted else z
 
 
 def _autocov(x):
@@ -164,7 +197,11 @@ def _rhat_core(x):
 
 def _quantile_type7(flat, prob):
     """Hyndman-Fan type 7 quantile along axis 0 (arithmetic of ``mquantiles``)."""
-    xs = np.sort(flat, axis=0)
+    return _quantile_type7_sorted(np.sort(flat, axis=0), prob)
+
+
+def _quantile_type7_sorted(xs, prob):
+    """:func:`_quantile_type7` of values already sorted along axis 0."""
     n = xs.shape[0]
     p = np.float64(prob)
     m = 1.0 + p * (1.0 - 1.0 - 1.0)  # alphap + p * (1 - alphap - betap)
@@ -200,6 +237,46 @@ def _ess_tail_block(x):
         ess = _ess_core(_split_chains(indicator))
         result = ess if result is None else np.minimum(result, ess)
     return result
+
+
+def _all_block(x):
+    """Split R-hat, bulk, tail and mean ESS of a ``(chain, draw, k)`` block, shape (4, k).
+
+    The values of :func:`_rhat_rank_block`, :func:`_ess_bulk_block`,
+    :func:`_ess_tail_block` and :func:`_ess_mean_block`, with the work they
+    share done once: the chain split, the rank-normal scores of the split
+    draws (bulk R-hat and bulk ESS), one sort per parameter (the scores'
+    ranks, the median and the tail quantiles), and the autocovariances of
+    the two tail indicators and the draws as one batch of FFTs over
+    ``3 k`` columns.
+    """
+    n_chain, n_draw, k = x.shape
+    split = _split_chains(x)
+    z, ordered = _z_scale(split, return_sorted=True)
+    # With an even number of draws the split chains hold every draw, so
+    # their sorted values are the sorted draws (the quantiles' and the
+    # median's input); an odd number drops middle draws from the split.
+    even = n_draw % 2 == 0
+    xs = ordered if even else np.sort(x.reshape(n_chain * n_draw, k), axis=0)
+    if even:
+        half = len(ordered) // 2
+        median = (ordered[half - 1] + ordered[half]) / 2  # np.median's arithmetic
+    else:
+        median = np.median(split.reshape(-1, k), axis=0)
+    bulk_rhat = _rhat_core(z)
+    tail_rhat = _rhat_core(_z_scale(np.abs(split - median)))
+    # ArviZ's Python max(bulk, tail): NaN bulk propagates, NaN tail is ignored
+    rhat = np.where(np.isnan(bulk_rhat) | ~(tail_rhat > bulk_rhat), bulk_rhat, tail_rhat)
+    # The scores ``z`` are a transposed view: on their own, so that the
+    # chain means sum in the same order as ess_bulk's.
+    bulk = _ess_core(z)
+    columns = []
+    for prob in _TAIL_PROBS:
+        indicator = (x <= _quantile_type7_sorted(xs, prob)).astype(np.float64)
+        columns.append(_split_chains(indicator))
+    columns.append(split)
+    ess = _ess_core(np.concatenate(columns, axis=2)).reshape(3, k)
+    return np.stack([rhat, bulk, np.minimum(ess[0], ess[1]), ess[2]])
 
 
 def _mcse_mean_block(x):
@@ -533,6 +610,51 @@ def inefficiency_factor(draws):
     arr = as_draws(draws)
     n_total = arr.shape[0] * arr.shape[1]
     return n_total / np.asarray(ess_mean(arr))[()]
+
+
+def convergence_diagnostics(draws):
+    """Split R-hat, bulk, tail and mean ESS of every parameter in one computation.
+
+    The same numbers as :func:`split_rhat`, :func:`ess_bulk`,
+    :func:`ess_tail` and :func:`ess_mean` called one after the other
+    (bit-identical where tested; the test suite holds them equal to
+    1e-12), in less time: the chain split, the rank normalisation and the
+    sorts they share are done once (one unstable sort per parameter gives
+    the average ranks, the median and the tail quantiles), and three of
+    the four ESS in one batch of FFTs.  This is what an estimator's convergence check after ``fit``
+    computes.
+
+    Parameters
+    ----------
+    draws : array_like of shape (chain, draw) or (chain, draw, \\*param_shape)
+        MCMC draws; at least 4 draws per chain, all finite.
+
+    Returns
+    -------
+    dict
+        ``"r_hat"``, ``"ess_bulk"``, ``"ess_tail"``, ``"ess_mean"``: each an
+        array of shape ``param_shape`` (a float for ``(chain, draw)`` input).
+
+    Raises
+    ------
+    ValueError
+        For fewer than 2 dimensions, fewer than 4 draws or non-finite draws.
+    """
+    arr = as_draws(draws)
+    flat, param_shape = flatten_params(arr)
+    n_chain, n_draw, n_params = flat.shape
+    out = np.empty((4, n_params), dtype=np.float64)
+    if n_params:
+        # _all_block holds about 4x the block of the single diagnostics.
+        block = max(1, _validation._MAX_BLOCK_ELEMENTS // (4 * n_chain * n_draw))
+        for start in range(0, n_params, block):
+            stop = min(start + block, n_params)
+            out[:, start:stop] = _all_block(flat[:, :, start:stop])
+    names = ("r_hat", "ess_bulk", "ess_tail", "ess_mean")
+    return {name: finish(values, param_shape) for name, values in zip(names, out)}
+
+
+convergence_diagnostics.__doc__ += _REFERENCES
 
 
 def computational_time(inefficiency_factor, evaluations_per_draw, tau=None):

@@ -26,10 +26,7 @@ from sklearn.exceptions import ConvergenceWarning
 
 from ..diagnostics import (
     computational_time,
-    ess_bulk,
-    ess_tail,
-    inefficiency_factor,
-    split_rhat,
+    convergence_diagnostics,
     summarize,
     weighted_mean,
 )
@@ -573,10 +570,15 @@ class SampledModelMixin:
                 "assess convergence (split R-hat and ESS need at least 4)")
         else:
             with np.errstate(invalid="ignore", divide="ignore"):
-                rhat = np.atleast_1d(split_rhat(draws)).astype(float)
-                bulk = np.atleast_1d(ess_bulk(draws)).astype(float)
-                tail = np.atleast_1d(ess_tail(draws)).astype(float)
-                ineff = np.atleast_1d(inefficiency_factor(draws)).astype(float)
+                # One computation for all four (the split, ranks and sorts
+                # they share done once): the values of split_rhat, ess_bulk,
+                # ess_tail and inefficiency_factor = n / ess_mean.
+                diag = convergence_diagnostics(draws)
+                rhat = np.atleast_1d(diag["r_hat"]).astype(float)
+                bulk = np.atleast_1d(diag["ess_bulk"]).astype(float)
+                tail = np.atleast_1d(diag["ess_tail"]).astype(float)
+                ineff = np.atleast_1d(
+                    n_chains * n_draws / np.asarray(diag["ess_mean"])[()]).astype(float)
             # A constant parameter has no effective draws (the formulas give n).
             bulk[constant] = tail[constant] = np.nan
             ineff[constant] = np.inf
@@ -585,8 +587,9 @@ class SampledModelMixin:
             tau = None if signs is None else float(np.mean(signs > 0))
             ct = np.full(len(ineff), np.inf)
             if tau is None or tau > 0.5:
-                ct = np.array([computational_time(f, evals_per_draw, tau)
-                               if np.isfinite(f) and f > 0 else np.inf for f in ineff])
+                usable = np.isfinite(ineff) & (ineff > 0)
+                if usable.any():
+                    ct[usable] = computational_time(ineff[usable], evals_per_draw, tau)
             self.convergence_.update({
                 "r_hat": rhat, "ess_bulk": bulk, "ess_tail": tail,
                 "inefficiency_factor": ineff, "computational_time": ct,
