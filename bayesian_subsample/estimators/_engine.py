@@ -420,6 +420,20 @@ def run_chains(config, posterior, random_state, n_chains, n_warmup, n_draws, n_j
     results : list of ChainResult, in chain order; after an interrupt, None
         for a chain that returned nothing in time (it had no draws).
     """
+    # BLAS on one thread for the whole of this call, set once: the set-up's
+    # passes and the chains that run in this process both run under that
+    # policy, and each setting of it makes threadpoolctl look up the loaded
+    # BLAS libraries again (1-5 ms); the inner _SingleThreadedBLAS blocks
+    # (set_up_passes, the chains') then find it set and change nothing.
+    with _SingleThreadedBLAS():
+        return _run_chains(config, posterior, random_state, n_chains, n_warmup, n_draws,
+                           n_jobs, verbose, progress_bar, keep_partial, resume, prepared,
+                           report)
+
+
+def _run_chains(config, posterior, random_state, n_chains, n_warmup, n_draws, n_jobs,
+                verbose, progress_bar, keep_partial, resume, prepared, report):
+    """:func:`run_chains` with BLAS already on one thread."""
     if resume is None:
         seeds = seed_sequences(random_state, n_chains + 1)
         start = time.perf_counter()
@@ -458,9 +472,9 @@ def run_chains(config, posterior, random_state, n_chains, n_warmup, n_draws, n_j
         try:
             with _deferred_sigint(stop, watchdog):
                 watchdog.start()
-                # BLAS set to one thread once here for the chains that run in
-                # this process (sequential and threading backends): the
-                # workers' own _SingleThreadedBLAS then finds it set and
+                # BLAS on one thread (set by run_chains) for the chains that
+                # run in this process (sequential and threading backends):
+                # the workers' own _SingleThreadedBLAS finds it set and
                 # changes nothing; process workers set their own.
                 try:
                     with _SingleThreadedBLAS():
