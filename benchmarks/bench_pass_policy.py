@@ -6,11 +6,15 @@ one order-1 and one order-2 pass (``GLM.sums``) of HIGGS-like float32 data
 (``bench_scale.make_data``) with BLAS single-threaded in every worker and
 the chunks spread
 
-* ``joblib2``: by the set-up's own chunk map (``JoblibChunkMap(2)``:
-  joblib's threading backend, which hands out batches of chunks from one
-  queue as workers free up, i.e. dynamic scheduling);
+* ``joblib2``: by ``JoblibChunkMap(2)`` on joblib's threading backend
+  (``parallel_config(backend="threading")``: ``GROUPS_PER_WORKER``
+  contiguous groups of chunks per thread, handed out as threads free up;
+  the set-up's own map until session 24, when it became ``setup``);
 * ``joblib4``: the same with four threads on two cores (a larger share of
   the cores against the neighbour);
+* ``setup``: the map a fit's set-up installs now (``set_up_passes``: two
+  process workers for a memmap, the calling thread for in-memory rows;
+  ``benchmarks/bench_pass_backends.py``);
 * ``static2``: two threads, each given half of the chunks up front (static
   partitioning: the pass waits for the slower half);
 * ``dyn2``, ``dyn3``: a ``ThreadPoolExecutor`` of 2 or 3 threads, one chunk
@@ -54,6 +58,21 @@ class Static:
         return [r for part in res for r in part]
 
 
+class Threads:
+    """``JoblibChunkMap(k)`` run on joblib's threading backend."""
+
+    def __init__(self, k):
+        from bayesian_subsample.estimators._passes import JoblibChunkMap
+
+        self.map = JoblibChunkMap(k)
+
+    def __call__(self, fn, items):
+        from joblib import parallel_config
+
+        with parallel_config(backend="threading"):
+            return self.map(fn, items)
+
+
 class Dynamic:
     """``k`` threads taking one chunk at a time from a shared queue."""
 
@@ -70,7 +89,7 @@ class Dynamic:
 def main(argv=None):
     from bench_scale import make_data, remove_data
 
-    from bayesian_subsample.estimators._passes import JoblibChunkMap, set_up_passes
+    from bayesian_subsample.estimators._passes import set_up_passes
     from bayesian_subsample.likelihood import TallPosterior
     from bayesian_subsample.models import GLM, GaussianPrior, LogisticFamily
 
@@ -87,7 +106,8 @@ def main(argv=None):
         model = GLM(X, y, LogisticFamily())
         post = TallPosterior(model, GaussianPrior(np.full(model.dim, 10.0)))
         theta = 0.9 * np.concatenate([[0.0], coef])
-        policies = {"joblib2": lambda: JoblibChunkMap(2), "joblib4": lambda: JoblibChunkMap(4),
+        policies = {"joblib2": lambda: Threads(2), "joblib4": lambda: Threads(4),
+                    "setup": lambda: model.chunk_map,
                     "static2": lambda: Static(2), "dyn2": lambda: Dynamic(2),
                     "dyn3": lambda: Dynamic(3)}
         times = {}

@@ -13,7 +13,9 @@ interleaved over ``--repeats`` rounds (median reported):
   replaces;
 
 each with the chunk map the set-up uses (``JoblibChunkMap(n_jobs)`` inside
-``set_up_passes``: ``--n-jobs`` threads, BLAS single-threaded), and the
+``set_up_passes``, BLAS single-threaded: ``--n-jobs`` process workers for
+a memmap, the calling thread for in-memory rows -- two threads until
+session 24), and the
 ratios to ``read_s``.  One JSON line.  ``--float64`` runs the same on a
 float64 copy (in memory only), whose passes keep the float64 route.
 

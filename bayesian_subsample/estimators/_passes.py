@@ -6,18 +6,54 @@ control-variate sums and mass matrix at theta*, the curvature bound of the
 bouncy particle samplers -- is a sum over bounded-size chunks of rows.  The
 models layer computes it through a *chunk map* (see
 :func:`bayesian_subsample.models.serial_map`); during :func:`set_up_passes`
-the estimator layer installs :class:`JoblibChunkMap`, which hands the chunks
-to whatever joblib backend is active, so that
+the estimator layer installs :class:`JoblibChunkMap`.  Where it runs the
+chunks:
 
-    with joblib.parallel_config(backend="dask"):
-        estimator.fit(X, y)
+* **On the backend chosen with ``joblib.parallel_config``**, whenever one
+  is (:func:`configured_backend`), whatever the data: no backend is named
+  in this package (DESIGN §3), so ::
 
-spreads the passes over a Dask cluster as it spreads the chains, with no
-backend named in this package.  Without a configured backend the chunks run
-on threads (numpy releases the GIL in the per-chunk products) or, with
-``n_jobs=1``, in this thread.  The partial sums come back in chunk order and
-are added up in that order, so the results -- and the draws -- are
-bit-identical for every backend and ``n_jobs``.
+      with joblib.parallel_config(backend="dask"):
+          estimator.fit(X, y)
+
+  spreads the passes over a Dask cluster as it spreads the chains.
+* **Rows in a file mapped into memory** (an :class:`numpy.memmap` ``X``,
+  :func:`rows_file_backed`), no backend chosen, ``n_jobs`` > 1: on joblib's
+  default process backend (loky; ``prefer="processes"``, a hint that a
+  chosen backend overrides).  A worker receives the memmap by reference
+  (file name and offset) and reads its rows from the page cache itself.
+* **In-memory rows**, no backend chosen: in this thread, one chunk after
+  the other (the models' serial map).
+
+Why (``benchmarks/bench_pass_backends.py``, doc/benchmarks.rst).  A chunk
+of 16384 rows is a few dozen small numpy calls, and the GIL is held
+between them, so two threads gave no speed-up: the order-2 pass over
+4 x 10^6 float32 rows took 0.32 s serially and 0.32 s on two threads, with
+0.50 CPU-s instead of 0.32 (a memmapped 10^7 x 29: 0.90 s serially, 1.09 s
+and 1.62 CPU-s on two threads).  The extra CPU is what a neighbour process
+holding a core pays for.  Processes do not share a GIL: over a memmap the
+two workers' CPU seconds add up to the serial pass's (10^8 rows, order 2,
+on the loaded shared machine: 11.75 CPU-s on processes, 12.2 serially), so
+on two free cores the pass takes about half its serial time.  In-memory
+rows are not sent by reference: loky dumps any array over 1 MB to a file
+once per ``Parallel`` call, i.e. per pass, and that costs more than the
+pass (10^7 x 29 float32 in memory: 0.9 s of dispatch for a 0.8 s order-2
+pass; processes 2.1-2.4 times the serial wall time at 10^6 and 10^7), and
+threads only add CPU, so in-memory rows stay in this thread.
+
+A parallel pass is ``GROUPS_PER_WORKER`` tasks per worker, each a
+contiguous group of chunks returning the list of its per-chunk results
+(:func:`_run_group`).  The task carries the model, so the model is pickled
+once per group, not once per chunk: its ``X`` (by reference), its labels
+and weights (arrays over 1 MB, such as the int8 labels of 10^8 rows
+(100 MB), dumped by loky once per pass and memory-mapped by every worker:
+0.2 s at 10^8, 0.6 s for float64 weights), family and settings; a
+:class:`~bayesian_subsample.models.BasisGLM` drops its cache of expanded
+chunks when pickled.  The partial results come back in chunk order and are
+added up in that order from zero, so the results -- and the draws -- are
+bit-identical for every backend, ``n_jobs`` and grouping.  The validation
+scan folded into the first pass (``GLM.deferred_scan``) runs in the
+workers too: each chunk returns its ``max |x|`` and the parent checks them.
 
 The passes inside a chain (full-data HMC gradients, warm-up refinements)
 keep the models' serial map: the chains are already spread over the workers.
@@ -36,13 +72,17 @@ machine's BLAS thread count.
 from __future__ import annotations
 
 import contextlib
+import mmap
 import threading
 import time
 
-from joblib import Parallel, delayed
+import numpy as np
+
+from joblib import Parallel, delayed, effective_n_jobs
 from threadpoolctl import threadpool_limits
 
-__all__ = ["JoblibChunkMap", "SingleThreadedBLAS", "set_up_passes"]
+__all__ = ["GROUPS_PER_WORKER", "JoblibChunkMap", "SingleThreadedBLAS", "configured_backend",
+           "rows_file_backed", "set_up_passes"]
 
 
 class SingleThreadedBLAS:
@@ -89,13 +129,84 @@ def _single_threaded(fn, item):
         return fn(item)
 
 
+def _run_group(fn, items):
+    """``[fn(item) for item in items]`` with BLAS on one thread: one task of a
+    pass, a contiguous group of chunks (``fn`` -- and the model it carries --
+    is sent to the worker once for the whole group)."""
+    with SingleThreadedBLAS():
+        return [fn(item) for item in items]
+
+
+def _groups(n_items, n_groups):
+    """``(start, stop)`` of ``n_groups`` contiguous groups covering ``range(n_items)``
+    in order, sizes differing by at most one."""
+    n_groups = max(1, min(int(n_groups), n_items))
+    size, extra = divmod(n_items, n_groups)
+    bounds, start = [], 0
+    for g in range(n_groups):
+        stop = start + size + (g < extra)
+        bounds.append((start, stop))
+        start = stop
+    return bounds
+
+
+def configured_backend():
+    """The joblib backend chosen with ``joblib.parallel_config`` (or
+    ``parallel_backend``) around this call, or None when none is.
+
+    A chosen backend ignores the ``prefer`` hint, the default one does not
+    (joblib's documented rule), so the backend is a chosen one exactly when
+    the two hints give the same kind of backend.
+    """
+    from joblib.parallel import get_active_backend
+
+    as_threads, _ = get_active_backend(prefer="threads")
+    as_processes, _ = get_active_backend(prefer="processes")
+    return as_threads if type(as_threads) is type(as_processes) else None
+
+
+def rows_file_backed(model):
+    """Whether ``model``'s design rows are a file mapped into memory (an
+    :class:`numpy.memmap` or a view of one), which joblib's process backends
+    send to a worker by reference (the file name and offset), not by value."""
+    a = getattr(model, "X", None)
+    while a is not None:
+        if isinstance(a, (np.memmap, mmap.mmap)):
+            return True
+        a = getattr(a, "base", None)
+    return False
+
+
+#: Tasks per worker in a parallel pass: each task is a contiguous group of
+#: chunks, so the model travels to a worker this many times per pass, and a
+#: worker slowed by a busy neighbour core leaves its last groups to the other.
+GROUPS_PER_WORKER = 4
+
+
 class JoblibChunkMap:
-    """A chunk map ``(fn, items) -> [fn(item) ...]`` on the active joblib backend.
+    """A chunk map ``(fn, items) -> [fn(item) ...]`` for the set-up passes.
+
+    Where the chunks run (module docstring):
+
+    * on the backend chosen with ``joblib.parallel_config``, if any;
+    * else, when ``processes`` (the rows are a file mapped into memory, see
+      :func:`rows_file_backed`), on joblib's default process backend
+      (``prefer="processes"``, a hint only);
+    * else, and whenever the map has one worker or one item, in this process
+      and this thread.
+
+    A parallel map sends ``GROUPS_PER_WORKER`` tasks per worker, each a
+    contiguous group of items returning the list of its results, so ``fn``
+    (with the model it carries) is pickled once per group, not once per
+    item; the results come back in item order and the caller reduces them
+    in that order, as it would the serial map's.
 
     Parameters
     ----------
     n_jobs : int or None
         As for the estimator's chains; None defers to ``joblib.parallel_config``.
+    processes : bool, default=False
+        Whether to run on process workers when no backend is configured.
 
     Attributes
     ----------
@@ -106,35 +217,58 @@ class JoblibChunkMap:
         Wall seconds spent in those calls.
     times : list of float
         Wall seconds of each call, in order.
+    n_tasks : int
+        Tasks handed to joblib so far (0 for passes made in this process).
     """
 
-    def __init__(self, n_jobs=None):
+    def __init__(self, n_jobs=None, processes=False):
         self.n_jobs = n_jobs
+        self.processes = bool(processes)
         self.n_passes = 0
         self.seconds = 0.0
         self.times = []
+        self.n_tasks = 0
 
     def __call__(self, fn, items):
         items = list(items)
         start = time.perf_counter()
         try:
-            if len(items) <= 1:
-                return [fn(item) for item in items]
-            # ``prefer`` is only a hint: a backend chosen with parallel_config
-            # wins.  Tasks set the BLAS policy themselves: in this process it is
-            # already set (a no-op), a process backend's worker sets its own.
-            return Parallel(n_jobs=self.n_jobs, prefer="threads")(
-                delayed(_single_threaded)(fn, item) for item in items)
+            return self._map(fn, items)
         finally:
             took = time.perf_counter() - start
             self.n_passes += 1
             self.seconds += took
             self.times.append(took)
 
+    def _map(self, fn, items):
+        if len(items) <= 1:
+            return [fn(item) for item in items]
+        chosen = configured_backend()
+        if chosen is None and not self.processes:
+            # In-memory rows: in this thread (measured, module docstring).
+            return [fn(item) for item in items]
+        # ``prefer`` is only a hint: a backend chosen with parallel_config wins.
+        # One group per batch: each task is already a group of chunks, and
+        # joblib's automatic batching would otherwise merge the last groups
+        # and leave a worker idle.
+        parallel = Parallel(n_jobs=self.n_jobs, prefer="processes", batch_size=1)
+        n_workers = effective_n_jobs(self.n_jobs)
+        if n_workers <= 1:
+            return [fn(item) for item in items]
+        groups = _groups(len(items), GROUPS_PER_WORKER * n_workers)
+        self.n_tasks += len(groups)
+        # Tasks set the BLAS policy themselves: in this process it is already
+        # set (a no-op), a process backend's worker sets its own.
+        parts = parallel(delayed(_run_group)(fn, items[a:b]) for a, b in groups)
+        return [result for part in parts for result in part]
+
 
 @contextlib.contextmanager
 def set_up_passes(posterior, n_jobs=None):
-    """Run the full passes of ``posterior``'s model on joblib inside this block.
+    """Run the full passes of ``posterior``'s model through a :class:`JoblibChunkMap`
+    inside this block: on a backend chosen with ``joblib.parallel_config``,
+    else on process workers when the model's rows are a memmap
+    (:func:`rows_file_backed`), else in this thread (module docstring).
 
     BLAS runs single-threaded inside the block, the policy of the chains
     (module docstring).  A posterior whose model has no ``chunk_map`` (a
@@ -150,7 +284,7 @@ def set_up_passes(posterior, n_jobs=None):
             yield None
             return
         previous = model.chunk_map
-        model.chunk_map = JoblibChunkMap(n_jobs)
+        model.chunk_map = JoblibChunkMap(n_jobs, processes=rows_file_backed(model))
         try:
             yield model.chunk_map
         finally:
