@@ -32,14 +32,19 @@ between them, so two threads gave no speed-up: the order-2 pass over
 0.50 CPU-s instead of 0.32 (a memmapped 10^7 x 29: 0.90 s serially, 1.09 s
 and 1.62 CPU-s on two threads).  The extra CPU is what a neighbour process
 holding a core pays for.  Processes do not share a GIL: over a memmap the
-two workers' CPU seconds add up to the serial pass's (10^8 rows, order 2,
-on the loaded shared machine: 11.75 CPU-s on processes, 12.2 serially), so
-on two free cores the pass takes about half its serial time.  In-memory
-rows are not sent by reference: loky dumps any array over 1 MB to a file
+workers' CPU seconds were 1.1-1.15 times the serial pass's (10^8 x 29
+float32, order 2, counted inside the workers on the loaded shared machine:
+9.5-10.3 CPU-s against 8.3-9.2 serially; the workers map the file afresh
+at each pass and fault its pages in), so on two free cores the pass should
+take a little over half its serial time.  (The first pass on fresh workers
+also pays their start and imports, 1-5 s on the loaded machine, which the
+fit's chains, on the same workers, would otherwise pay.)  In-memory rows
+are not sent by reference: loky dumps any array over 1 MB to a file
 once per ``Parallel`` call, i.e. per pass, and that costs more than the
-pass (10^7 x 29 float32 in memory: 0.9 s of dispatch for a 0.8 s order-2
-pass; processes 2.1-2.4 times the serial wall time at 10^6 and 10^7), and
-threads only add CPU, so in-memory rows stay in this thread.
+pass (10^7 x 29 float32 in memory: 1.1 s of dispatch alone for a 0.77 s
+serial order-2 pass; processes 2.6-4 times the serial wall time at 10^6
+and 10^7), and threads only add CPU (1.0-1.25 times the serial CPU
+seconds, no shorter wall time), so in-memory rows stay in this thread.
 
 A parallel pass is ``GROUPS_PER_WORKER`` tasks per worker, each a
 contiguous group of chunks returning the list of its per-chunk results
