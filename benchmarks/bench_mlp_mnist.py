@@ -131,6 +131,14 @@ def ece(p, y, n_bins=15):
     return float(total)
 
 
+def lowrank_options(args, correction):
+    """ModelSG's noise_rank / noise_pool / noise_refresh for "fisher_lowrank"."""
+    if correction != "fisher_lowrank":
+        return {}
+    return {"noise_rank": args.noise_rank, "noise_pool": args.noise_pool,
+            "noise_refresh": args.noise_refresh}
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", default=MNIST)
@@ -150,7 +158,13 @@ def main(argv=None):
     ap.add_argument("--max-minutes", type=float, default=np.inf)
     ap.add_argument("--networks-kept", type=int, default=20,
                     help="networks of the thinned predictive (the estimator's default)")
-    ap.add_argument("--noise-correction", default=None, choices=["fisher", "covariance"],
+    ap.add_argument("--noise-rank", type=int, default=None,
+                    help="fisher_lowrank: eigenpairs kept (ModelSG noise_rank)")
+    ap.add_argument("--noise-pool", type=int, default=None,
+                    help="fisher_lowrank: minibatches pooled per estimate (noise_pool)")
+    ap.add_argument("--noise-refresh", type=int, default=None,
+                    help="fisher_lowrank: updates between estimates (default: one per pass)")
+    ap.add_argument("--noise-correction", default=None, choices=["fisher", "covariance", "fisher_lowrank"],
                     help="SG-HMC's gradient-noise correction (ModelSG noise_correction); "
                          "other methods are unaffected")
     ap.add_argument("--temperature-states", type=int, default=0,
@@ -191,7 +205,8 @@ def run_method(args, method, eta, grid):
         correction = args.noise_correction if method == "sghmc" else None
         config = ModelSG(method=method, subsample_size=args.batch_size,
                          learning_rate=eta, momentum_decay=args.momentum_decay,
-                         noise_correction=correction)
+                         noise_correction=correction,
+                         **lowrank_options(args, correction))
         # States for the configurational temperature, spread over the second
         # half of the post-burn-in passes.
         temp_at = set((late_from + _kept_iterations(n_passes - late_from,
@@ -255,7 +270,8 @@ def run_method(args, method, eta, grid):
             "draws_averaged": acc["all"]["n"], "wall_seconds": round(wall_chain, 1),
             "cpu_seconds": round(cpu_chain, 1),
             "learning_rate": eta, "momentum_decay": args.momentum_decay,
-            "batch_size": args.batch_size, "noise_correction": correction}
+            "batch_size": args.batch_size, "noise_correction": correction,
+            **lowrank_options(args, correction)}
         if correction and result is not None:
             b = np.asarray(result.extra["beta_hat_max"], float)
             rec.update({"beta_hat_max_median": float(np.nanmedian(b)),

@@ -55,7 +55,8 @@ from bayesian_subsample.models._mlp import MLP, MLPModel
 from bayesian_subsample.samplers._sg_model import ModelSG, _kept_iterations, run_model_chain
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_mlp_mnist import MNIST, calibration, load_split, softmax_probs  # noqa: E402
+from bench_mlp_mnist import (MNIST, calibration, load_split, lowrank_options,  # noqa: E402
+                             softmax_probs)
 
 
 def sgld_inflation(h):
@@ -181,7 +182,8 @@ def run_one(args, method, eta, factor):
     c0 = time.process_time()
     with threadpool_limits(limits=1, user_api="blas"):
         res = run_model_chain(ModelSG(method, 500, eta, args.momentum_decay,
-                                      noise_correction=args.noise_correction),
+                                      noise_correction=args.noise_correction,
+                                      **lowrank_options(args, args.noise_correction)),
                               rng, posterior, 0, args.passes, trace=trace)
         if states:
             groups = net.layer_of_each_weight()
@@ -193,7 +195,8 @@ def run_one(args, method, eta, factor):
            "burn_in": args.burn_in, "lambda_max": lam, "eta_lambda_max": h,
            "predicted_variance_inflation": infl,
            "diverged_at": res.extra["diverged_at"],
-           "noise_correction": args.noise_correction}
+           "noise_correction": args.noise_correction,
+           **lowrank_options(args, args.noise_correction)}
     if args.noise_correction:
         b = np.asarray(res.extra["beta_hat_max"], float)
         rec.update({"beta_hat_max_median": float(np.nanmedian(b)),
@@ -235,7 +238,13 @@ def main(argv=None):
     ap.add_argument("--prior-precision", type=float, default=None,
                     help="a fixed prior precision for every layer (default: Gamma(1, 1) "
                          "hyper-prior and Gibbs steps)")
-    ap.add_argument("--noise-correction", default=None, choices=["fisher", "covariance"],
+    ap.add_argument("--noise-rank", type=int, default=None,
+                    help="fisher_lowrank: eigenpairs kept (ModelSG noise_rank)")
+    ap.add_argument("--noise-pool", type=int, default=None,
+                    help="fisher_lowrank: minibatches pooled per estimate (noise_pool)")
+    ap.add_argument("--noise-refresh", type=int, default=None,
+                    help="fisher_lowrank: updates between estimates (default: one per pass)")
+    ap.add_argument("--noise-correction", default=None, choices=["fisher", "covariance", "fisher_lowrank"],
                     help="SG-HMC gradient-noise correction (ModelSG noise_correction)")
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--out", default=None)

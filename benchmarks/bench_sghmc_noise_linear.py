@@ -9,7 +9,10 @@ SG-HMC with ``alpha = 0.1``.  Configurational temperature ``T`` of the draws
 
 * ``B_hat = 0`` (``noise_correction=None``);
 * the library's correction with ``V_hat`` from each minibatch
-  (``"fisher"``, ``"covariance"``);
+  (``"fisher"``, ``"covariance"``), and with the pooled low-rank estimate
+  (``"fisher_lowrank:pool:rank[:refresh]"``: ``pool`` minibatches of fresh
+  rows, top ``rank`` eigenpairs, a new estimate every ``refresh`` updates or
+  once per 50-update pass);
 * a dense reference that uses the *population* covariance ``V(theta)`` of the
   per-row gradients at the current position (all n rows, ``O(n d^2)`` per
   step, only possible for small problems) in the same Crank-Nicolson friction
@@ -50,20 +53,47 @@ def library(eta, correction, n_draws, seed):
     model = MLPModel(net, X, y)
     post = HierarchicalPosterior(model, net.layer_of_each_weight(), net.glorot_init,
                                  prior_precision=LAM, noise_precision=1.0)
+    extra = {}
+    if correction is not None and correction.startswith("fisher_lowrank:"):
+        # "fisher_lowrank:pool:rank[:refresh]"
+        parts = [int(p) for p in correction.split(":")[1:]]
+        extra = {"noise_pool": parts[0], "noise_rank": parts[1],
+                 "noise_refresh": parts[2] if len(parts) > 2 else None}
+        correction = "fisher_lowrank"
     res = run_model_chain(ModelSG("sghmc", M, eta, ALPHA, n_networks_kept=n_draws,
-                                  noise_correction=correction),
+                                  noise_correction=correction, **extra),
                           np.random.default_rng(seed), post, 20, n_draws)
     t = configurational_temperature(lambda x: model.full_loglik_and_grad(x)[1] - LAM * x,
                                     res.draws, n_probes=2, random_state=0)
     return float(t.temperature[0]), float(t.standard_error[0])
 
 
+def parse_friction(friction):
+    """``"previous"``, ``"average:r"`` or ``"average:r:k"`` -> (lag, r, k); others -> None."""
+    if friction == "previous":
+        return 1, 1, None
+    if friction.startswith("average:"):
+        parts = [int(p) for p in friction.split("+")[0].split(":")[1:]]
+        return 0, parts[0], (parts[1] if len(parts) > 1 else None)
+    return None
+
+
 def dense(eta, friction, steps, seed, additive=False):
-    """CN-friction SG-HMC with an explicit (d, d) V; T = tr(H C) / d from the draws."""
+    """CN-friction SG-HMC with an explicit (d, d) V; T = tr(H C) / d from the draws.
+
+    ``friction`` is ``"population"`` (V of all n rows at theta), ``"minibatch"``
+    (the current minibatch's empirical Fisher), ``"previous"`` (the previous
+    minibatch's, independent of the current noise), ``"average:r"`` (the mean of
+    the current and r - 1 previous minibatches' estimates) or ``"average:r:k"``
+    (that mean truncated to its top-k eigenpairs; ``"average:r:k+diag"`` adds
+    the diagonal of the remainder).
+    """
     X, y, H, mean = problem()
     rng = np.random.default_rng(seed)
     th, v = mean.copy(), rng.normal(size=D) * np.sqrt(eta)
     fpc = (N * N / M) * (1 - M / N)
+    pooled = parse_friction(friction)
+    history = []                               # per-minibatch G^T G / M, newest last
     kept = []
     for t in range(steps):
         th = th + v
@@ -77,6 +107,17 @@ def dense(eta, friction, steps, seed, additive=False):
         if friction == "population":
             Gall = X * (y - X @ th)[:, None]
             V = fpc * np.cov(Gall.T)
+        elif pooled is not None:
+            lag, r, k = pooled
+            history.append(G.T @ G / M)
+            del history[:-(r + lag)]
+            use = history[:len(history) - lag] if lag else history
+            V = fpc * (sum(use) / len(use) if use else np.zeros((D, D)))
+            if k is not None:
+                w, U = np.linalg.eigh(V)
+                top = (U[:, -k:] * w[-k:]) @ U[:, -k:].T
+                # "+diag": the remainder's diagonal kept (low rank plus diagonal).
+                V = top + (np.diag(np.diag(V - top)) if friction.endswith("+diag") else 0.0)
         else:
             V = fpc * G.T @ G / M
         A = ALPHA * np.eye(D) + 0.5 * eta * V
@@ -99,10 +140,19 @@ def main(argv=None):
     ap.add_argument("--steps", type=int, default=20000)
     ap.add_argument("--seed", type=int, default=3)
     ap.add_argument("--out", default=None)
+    ap.add_argument("--only", nargs="*", default=None,
+                    help="run only these variants, e.g. 'library:fisher' 'dense:average:20:5' "
+                         "(kind:friction; frictions as in dense())")
     args = ap.parse_args(argv)
     out = open(args.out, "a") if args.out else sys.stdout
     runs = [("library", c) for c in (None, "fisher", "covariance")]
     runs += [("dense", "population"), ("dense", "minibatch"), ("dense additive", "minibatch")]
+    runs += [("dense", f) for f in ("previous", "average:5", "average:20", "average:20:5",
+                                    "average:20:20")]
+    if args.only is not None:
+        runs = [(s.split(":", 1)[0], (s.split(":", 1)[1] if ":" in s else None))
+                for s in args.only]
+        runs = [(k, None if f == "None" else f) for k, f in runs]
     for kind, variant in runs:
         c0 = time.process_time()
         if kind == "library":

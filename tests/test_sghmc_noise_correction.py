@@ -8,7 +8,10 @@
   and reproduces the exact posterior moments where the uncorrected one fails;
 * the Crank-Nicolson friction stays stable where ``B_hat``'s largest
   eigenvalue exceeds 2 (an explicit friction step diverges there);
-* bad options are named, divergence is reported.
+* bad options are named, divergence is reported;
+* ``"fisher_lowrank"``: the pooled top-k operator against a dense
+  eigendecomposition of explicit per-row gradients, and its chain at
+  temperature 1 on the linear-network posterior.
 """
 
 import numpy as np
@@ -17,7 +20,7 @@ from scipy import linalg
 
 from bayesian_subsample.diagnostics import configurational_temperature
 from bayesian_subsample.likelihood._model_target import (
-    HierarchicalPosterior, MinibatchGradientNoise)
+    HierarchicalPosterior, LowRankGradientNoise, MinibatchGradientNoise)
 from bayesian_subsample.models._mlp import MLP, MLPModel
 from bayesian_subsample.samplers._sg_model import ModelSG, run_model_chain
 
@@ -84,10 +87,10 @@ def test_noise_operator_of_a_single_row_and_of_the_whole_data_is_zero():
 M, LAM, ALPHA = 50, 5.0, 0.1
 
 
-def _chain(eta, correction, seed, n_draws):
+def _chain(eta, correction, seed, n_draws, **options):
     post, Z, y, H, mean = _linear_problem(lam=LAM, tau=1.0)
     res = run_model_chain(ModelSG("sghmc", M, eta, ALPHA, n_networks_kept=n_draws,
-                                  noise_correction=correction),
+                                  noise_correction=correction, **options),
                           np.random.default_rng(seed), post, 20, n_draws)
     return res, post, Z, y, H, mean
 
@@ -193,6 +196,64 @@ def test_divergence_is_caught_and_reported():
     assert np.all(np.isnan(res.draws[-1]))          # slots after the divergence
 
 
+# ------------------------------------------------- pooled low-rank estimate
+@pytest.mark.parametrize("output", ["softmax", "gaussian"])
+def test_lowrank_operator_is_the_top_eigenpairs_of_the_pooled_fisher(output):
+    net, model, theta, idx, rng = _tiny(output, n=40, m=20)   # 20 pooled rows
+    n, m, k, tau = model.n_obs, 8, 5, 1.7
+    _, _, rows = model.loglik_grad_and_rows(theta, idx, tau)
+    J = _per_row_gradients(model, theta, idx, tau)
+    C = rng.normal(size=(len(idx), 3))
+    np.testing.assert_allclose(rows.transpose_apply_many(C), J.T @ C, rtol=1e-10,
+                               atol=1e-12 * np.abs(J.T @ C).max())
+    op = LowRankGradientNoise(rows, n, m, k)
+    # Dense reference: V = (n^2 / m)(1 - m/n) J^T J / R for steps of m rows,
+    # estimated from R pooled rows, truncated to its top k eigenpairs.
+    V = (n * n / m) * (1 - m / n) * (J.T @ J) / len(idx)
+    w, U = np.linalg.eigh(V)
+    Vk = (U[:, -k:] * w[-k:]) @ U[:, -k:].T
+    np.testing.assert_allclose(op.s, w[::-1][:k], rtol=1e-9)
+    np.testing.assert_allclose(op.U.T @ op.U, np.eye(k), atol=1e-12)
+    u = rng.normal(size=net.dim)
+    np.testing.assert_allclose(op.matvec(u), Vk @ u, rtol=1e-9, atol=1e-12 * np.abs(Vk @ u).max())
+    shift, scale = 1.005, 0.3 / w[-1]
+    np.testing.assert_allclose(op.shifted_solve(shift, scale, u),
+                               np.linalg.solve(shift * np.eye(net.dim) + scale * Vk, u),
+                               rtol=1e-9)
+    assert op.max_eigenvalue() == pytest.approx(w[-1], rel=1e-9)
+    # Negative controls: the factor of the pooled size (R) in place of the
+    # minibatch's (m), and one rank fewer, are measurably different.
+    wrong_factor = V * m / len(idx)
+    wrong_rank = (U[:, -k + 1:] * w[-k + 1:]) @ U[:, -k + 1:].T
+    for wrong in (wrong_factor, wrong_rank):
+        assert np.linalg.norm(wrong @ u - op.matvec(u)) > 1e-3 * np.linalg.norm(Vk @ u)
+
+
+def test_lowrank_corrected_chain_has_temperature_one_where_the_uncorrected_one_is_hot():
+    # The setting of the per-minibatch test above (the uncorrected chain there
+    # is its negative control, T ~ 3); V from 4 x 50 fresh rows per pass, full
+    # rank (3) here, so the chain must read T = 1 within 4 SE.
+    eta = 2e-5
+    res, post, *_ = _chain(eta, "fisher_lowrank", 5, 300, noise_rank=3)
+    t = _temperature(post, res.draws)
+    assert abs(t.temperature[0] - 1) < 4 * t.standard_error[0], t
+    beta = res.extra["beta_hat_max"]
+    assert len(beta) == 320 and np.all(np.isnan(beta[:20])) and np.all(np.isfinite(beta[20:]))
+    assert res.extra["diverged_at"] is None
+    # The estimate costs its pooled rows once per pass: 4 x 50 on top of the
+    # pass's 50 updates x 50 rows.
+    assert np.all(np.asarray(res.stats["n_obs_evaluated"])[-10:] == 50 * 50 + 200)
+
+
+def test_lowrank_divergence_is_caught_and_reported():
+    post, *_ = _linear_problem(lam=LAM, tau=1.0)
+    res = run_model_chain(ModelSG("sghmc", N, 0.05, ALPHA, n_networks_kept=5,
+                                  noise_correction="fisher_lowrank", noise_rank=3),
+                          np.random.default_rng(0), post, 2, 5)
+    assert res.extra["diverged_at"] is not None
+    assert np.all(np.isnan(res.draws[-1]))
+
+
 # ---------------------------------------------------------------- bad options
 def test_bad_options_are_named():
     post, *_ = _linear_problem(lam=LAM, tau=1.0)
@@ -202,6 +263,17 @@ def test_bad_options_are_named():
         ModelSG("sgld", M, noise_correction="fisher").validate(N)
     with pytest.raises(ValueError, match="at least 2"):
         ModelSG("sghmc", 1, noise_correction="fisher").validate(N)
+    with pytest.raises(ValueError, match="noise_rank=8 sets the pooled low-rank"):
+        ModelSG("sghmc", M, noise_correction="fisher", noise_rank=8).validate(N)
+    with pytest.raises(ValueError, match="noise_pool=2 sets the pooled low-rank"):
+        ModelSG("sghmc", M, noise_pool=2).validate(N)
+    with pytest.raises(ValueError, match="noise_rank=300 exceeds the 200 pooled rows"):
+        ModelSG("sghmc", M, noise_correction="fisher_lowrank", noise_rank=300).validate(N)
+    with pytest.raises(ValueError, match="noise_refresh"):
+        ModelSG("sghmc", M, noise_correction="fisher_lowrank", noise_refresh=0).validate(N)
+    with pytest.raises(ValueError, match="SGLD has no friction"):
+        ModelSG("sgld", M, noise_correction="fisher_lowrank").validate(N)
+    ModelSG("sghmc", M, noise_correction="fisher_lowrank", noise_rank=3).validate(N)
 
 
 def test_estimators_pass_the_option_through():

@@ -25,6 +25,7 @@ from ._difference import (
 from ._model_target import (
     HierarchicalPosterior,
     Hyperparameters,
+    LowRankGradientNoise,
     MinibatchGradientNoise,
     ModelFullTarget,
     ModelMinibatchGradient,
@@ -50,6 +51,7 @@ __all__ = [
     "Hyperparameters",
     "MinibatchGradient",
     "MinibatchGradientNoise",
+    "LowRankGradientNoise",
     "MinibatchObservation",
     "ModelFullTarget",
     "ModelMinibatchGradient",

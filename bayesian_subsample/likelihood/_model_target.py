@@ -38,7 +38,8 @@ import numpy as np
 from ._gradients import sample_without_replacement
 
 __all__ = ["RowModel", "Hyperparameters", "HierarchicalPosterior", "ModelMinibatchGradient",
-           "ModelFullTarget", "ModelObservation", "MinibatchGradientNoise"]
+           "ModelFullTarget", "ModelObservation", "MinibatchGradientNoise",
+           "LowRankGradientNoise"]
 
 
 class RowModel(Protocol):
@@ -115,6 +116,22 @@ class ModelMinibatchGradient:
         _, g, rows = rows_fn(position, np.sort(idx), self.hyper.noise_precision)
         grad = (p.n_obs / self.subsample_size) * g - self._prior_precision * position
         return grad, MinibatchGradientNoise(rows, p.n_obs, centred)
+
+    def pooled_noise(self, position, rng, n_rows, rank):
+        """:class:`LowRankGradientNoise` from ``n_rows`` fresh rows at ``position``.
+
+        The rows are drawn without replacement, independently of the
+        minibatches of the steps that use the estimate; ``V_hat`` is for a
+        minibatch of this estimator's ``subsample_size``.  Needs a row model
+        with ``loglik_grad_and_rows``.
+        """
+        p = self.posterior
+        rows_fn = p.model_method("loglik_grad_and_rows")
+        idx = np.sort(sample_without_replacement(rng, p.n_obs, min(int(n_rows), p.n_obs)))
+        with np.errstate(over="ignore", invalid="ignore"):
+            _, _, rows = rows_fn(np.asarray(position, dtype=np.float64), idx,
+                                 self.hyper.noise_precision)
+        return LowRankGradientNoise(rows, p.n_obs, self.subsample_size, rank)
 
     def observe(self, position, rng):
         """The estimate on a fresh minibatch, with its noise along any direction.
@@ -324,6 +341,105 @@ class MinibatchGradientNoise:
                 break
             lam = new
         return self.factor * lam
+
+
+class LowRankGradientNoise:
+    """The top-``k`` eigenpairs of a pooled gradient-noise covariance, as a linear operator.
+
+    Chen, Fox and Guestrin (2014, §3.2-3.3) correct SG-HMC with ``B_hat =
+    eps V_hat / 2``; :class:`MinibatchGradientNoise` estimates ``V`` from the
+    minibatch that also makes the noise, and that estimate fluctuates with
+    the noise it estimates (a hot chain: see ``doc/neural_networks.rst``).
+    Here ``V`` is estimated once from a *pool* of ``R`` rows drawn
+    independently of the steps that use it, evaluated at one position::
+
+        V_hat = c J^T J,   c = (n^2 / m) (1 - m/n) / R
+
+    (``J`` the (R, dim) per-row log-likelihood gradients, never formed; the
+    uncentred second moment, the pooled empirical Fisher, with the
+    finite-population factor of a minibatch of ``m``), truncated to its
+    top ``k`` eigenpairs ``U diag(s) U^T`` (``U`` orthonormal, (dim, k)).
+    The eigenvalues of ``J^T J`` are those of the (R, R) Gram matrix ``J
+    J^T = C diag(mu) C^T`` and its eigenvectors are ``J^T C / sqrt(mu)``:
+    one Gram matrix (:meth:`MLP.gradient_gram`), one ``eigh``, one batched
+    backward product (``rows.transpose_apply_many``), then a thin QR that
+    makes ``U`` orthonormal to working precision.
+
+    Parameters
+    ----------
+    rows : object with ``gram()``, ``transpose_apply(c)`` (and optionally
+        ``transpose_apply_many(C)``), ``n_rows``
+        Linear maps of the pooled rows' gradients (:meth:`MLP.loglik_grad_and_rows`).
+    n_obs : int
+    subsample_size : int
+        ``m``, the minibatch size of the steps whose noise this estimates.
+    rank : int
+        ``k``; at most ``R`` (eigenvalues that are not positive are dropped).
+
+    Raises ``numpy.linalg.LinAlgError`` if the Gram matrix is not finite (a
+    diverging chain).
+    """
+
+    def __init__(self, rows, n_obs, subsample_size, rank):
+        R = int(rows.n_rows)
+        m = int(subsample_size)
+        self.subsample_size = m
+        self.n_pooled = R
+        factor = (n_obs * n_obs / m) * (1.0 - m / n_obs) / R
+        with np.errstate(over="ignore", invalid="ignore"):
+            K = rows.gram()
+        if not np.all(np.isfinite(K)):
+            raise np.linalg.LinAlgError("non-finite gradient Gram matrix")
+        mu, C = np.linalg.eigh(0.5 * (K + K.T))
+        keep = np.argsort(mu)[::-1][:int(rank)]
+        keep = keep[mu[keep] > 1e-12 * max(float(mu[-1]), 1e-300)]
+        mu, C = mu[keep], C[:, keep]
+        if len(mu) == 0:
+            self.U, self.s = None, np.zeros(0)
+            self._empty = True
+            return
+        many = getattr(rows, "transpose_apply_many", None)
+        W = C / np.sqrt(mu)
+        if many is not None:
+            B = many(W)
+        else:
+            B = np.column_stack([rows.transpose_apply(W[:, j]) for j in range(W.shape[1])])
+        # B = J^T C mu^{-1/2} is orthonormal in exact arithmetic; in float32
+        # passes it is so only to ~1e-6.  V_k = B diag(mu) B^T restated in an
+        # exactly orthonormal basis: B = Q Rq, V_k = Q (Rq diag(mu) Rq^T) Q^T.
+        if not np.all(np.isfinite(B)):
+            raise np.linalg.LinAlgError("non-finite gradient-noise eigenvectors")
+        Q, Rq = np.linalg.qr(B)
+        s, E = np.linalg.eigh((Rq * mu) @ Rq.T)
+        order = np.argsort(s)[::-1]
+        self.s = factor * np.maximum(s[order], 0.0)
+        self.U = Q @ E[:, order]
+        self._empty = False
+
+    @property
+    def rank(self):
+        return int(len(self.s))
+
+    def matvec(self, u):
+        """``V_k u = U diag(s) U^T u``."""
+        u = np.asarray(u, dtype=np.float64)
+        if self._empty:
+            return np.zeros_like(u)
+        return self.U @ (self.s * (self.U.T @ u))
+
+    def shifted_solve(self, shift, scale, w):
+        """``(shift I + scale V_k)^{-1} w`` in closed form (``U`` orthonormal):
+        ``(w - U diag(scale s / (shift + scale s)) U^T w) / shift``."""
+        w = np.asarray(w, dtype=np.float64)
+        shift = float(shift)
+        if self._empty:
+            return w / shift
+        q = float(scale) * self.s
+        return (w - self.U @ ((q / (shift + q)) * (self.U.T @ w))) / shift
+
+    def max_eigenvalue(self):
+        """Largest eigenvalue of ``V_k`` (0 when empty)."""
+        return float(self.s[0]) if len(self.s) else 0.0
 
 
 class ModelFullTarget:

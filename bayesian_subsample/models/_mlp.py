@@ -207,6 +207,35 @@ class MLP:
                 delta *= _activation_slope(self.activation, acts[layer])
         return grad
 
+    def backward_many(self, acts, delta, layers, C):
+        """``J^T C`` for a (rows, k) weight matrix ``C`` (float64, (dim, k)).
+
+        ``J`` is the (rows, dim) matrix of per-row gradients of the function
+        whose output-error is ``delta`` (never formed).  Column ``j`` is
+        :meth:`backward` with row ``i``'s error scaled by ``C[i, j]``; the
+        back-propagated errors do not depend on ``C`` (the scaling is per
+        row and the backward pass is linear), so they are computed once and
+        each layer's ``k`` products are one matrix product ``A_l^T [Delta_l
+        * C_1, ..., Delta_l * C_k]``: ``rows x dim x k`` multiply-adds.
+        """
+        C = np.asarray(C, dtype=np.float64)
+        k = C.shape[1]
+        dt = acts[0].dtype
+        Cd = C.astype(dt, copy=False)
+        out = np.empty((self.dim, k))
+        for layer in range(self.n_layers - 1, -1, -1):
+            w, b = self.slices[layer]
+            fan_in, fan_out = self.layer_shapes[layer]
+            scaled = (delta[:, None, :] * Cd[:, :, None]).reshape(len(delta), k * fan_out)
+            prod = acts[layer].T @ scaled                       # (fan_in, k * fan_out)
+            out[w] = prod.reshape(fan_in, k, fan_out).transpose(0, 2, 1).reshape(
+                fan_in * fan_out, k)
+            out[b] = np.asarray(delta.T, dtype=np.float64) @ C
+            if layer:
+                delta = delta @ layers[layer][0].T
+                delta *= _activation_slope(self.activation, acts[layer])
+        return out
+
     def tangent(self, direction, acts, layers):
         """Forward-mode pass: the output pre-activation's derivative along ``direction``.
 
@@ -389,6 +418,10 @@ class MLP:
             def transpose_apply(c):
                 scaled = delta * np.asarray(c, dtype=dt)[:, None]
                 return net.backward(acts, scaled, layers)
+
+            @staticmethod
+            def transpose_apply_many(C):
+                return net.backward_many(acts, delta, layers, C)
 
             @staticmethod
             def gram():

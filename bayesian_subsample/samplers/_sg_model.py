@@ -116,7 +116,10 @@ __all__ = ["ModelSG", "run_model_chain", "METHODS"]
 METHODS = ("sghmc", "sgld", "sgd", "sgd_momentum", "hmc")
 #: SG-HMC's gradient-noise corrections: ``V_hat`` from the minibatch's per-row
 #: gradients about zero (the empirical Fisher) or about their mean.
-NOISE_CORRECTIONS = ("fisher", "covariance")
+NOISE_CORRECTIONS = ("fisher", "covariance", "fisher_lowrank")
+#: "fisher_lowrank" defaults: eigenpairs kept, minibatches pooled per estimate.
+DEFAULT_NOISE_RANK = 32
+DEFAULT_NOISE_POOL = 4
 _OPTIMISERS = ("sgd", "sgd_momentum")
 #: Kernel updates per iteration are ``max(ceil(n / m), this)``: a pass over the
 #: data, but at least 50 updates between Gibbs steps on small data sets.
@@ -158,6 +161,18 @@ class ModelSG(SamplerConfig):
         MNIST (an m x m Gram matrix and its Cholesky factor, two forward-mode
         and two backward passes).  Needs a row model with
         ``loglik_grad_and_rows`` (networks).  None: ``B_hat = 0``.
+        "fisher_lowrank": the same friction with ``V_hat`` the top
+        ``noise_rank`` eigenpairs of the empirical Fisher of
+        ``noise_pool * m`` rows drawn afresh (independently of the steps'
+        minibatches) at the start of every pass, or every ``noise_refresh``
+        updates (:class:`~bayesian_subsample.likelihood.LowRankGradientNoise`);
+        the Crank-Nicolson solve is then closed-form.  The per-minibatch
+        estimate fluctuates with the noise it estimates and leaves the chain
+        hot; a pooled estimate does not, but it corrects only the ``k``
+        noisiest directions.
+    noise_rank, noise_pool, noise_refresh : None or int, default=None
+        "fisher_lowrank" only: ``k`` (default 32), minibatches pooled
+        (default 4) and updates between estimates (None: one per pass).
     gibbs_every : None or int, default=None
         None: the Gibbs draw of the hyperparameters ends every pass (§4.2).
         ``k``: it follows every ``k``-th kernel update, counted over the
@@ -170,7 +185,8 @@ class ModelSG(SamplerConfig):
 
     def __init__(self, method="sghmc", subsample_size=500, learning_rate="auto",
                  momentum_decay=0.1, n_networks_kept=20, n_integration_steps=20,
-                 gibbs_every=None, confidence=3.0, noise_correction=None):
+                 gibbs_every=None, confidence=3.0, noise_correction=None, noise_rank=None,
+                 noise_pool=None, noise_refresh=None):
         self.method = method
         self.subsample_size = subsample_size
         self.learning_rate = learning_rate
@@ -180,6 +196,9 @@ class ModelSG(SamplerConfig):
         self.gibbs_every = gibbs_every
         self.confidence = confidence
         self.noise_correction = noise_correction
+        self.noise_rank = noise_rank
+        self.noise_pool = noise_pool
+        self.noise_refresh = noise_refresh
 
     def validate(self, n_obs):
         if self.method not in METHODS + SBPS_METHODS:
@@ -203,9 +222,27 @@ class ModelSG(SamplerConfig):
                     f"the gradient noise), not {self.method!r}. SGLD has no friction: its "
                     "analogue, injected noise 2 eta I - eta^2 V_hat, is negative along the "
                     "stiff directions at useful step sizes. Use noise_correction=None.")
-            if int(self.subsample_size) < 2:
+            if int(self.subsample_size) < 2 and correction != "fisher_lowrank":
                 raise ValueError(f"noise_correction={correction!r} estimates the gradient-noise "
                                  "covariance from the minibatch: batch_size must be at least 2.")
+        lowrank = {name: getattr(self, name, None)
+                   for name in ("noise_rank", "noise_pool", "noise_refresh")}
+        for name, value in lowrank.items():
+            if value is None:
+                continue
+            if correction != "fisher_lowrank":
+                raise ValueError(f"{name}={value!r} sets the pooled low-rank noise estimate of "
+                                 "noise_correction='fisher_lowrank'; with noise_correction="
+                                 f"{correction!r} it would be ignored. Leave {name}=None or use "
+                                 "noise_correction='fisher_lowrank'.")
+            check_positive_int(value, name)
+        if correction == "fisher_lowrank":
+            rank, pooled = self.noise_settings(n_obs)
+            if rank > pooled:
+                raise ValueError(f"noise_rank={rank} exceeds the {pooled} pooled rows "
+                                 "(noise_pool * batch_size, at most n_obs): a pooled Fisher "
+                                 "of R rows has rank at most R. Lower noise_rank or raise "
+                                 "noise_pool.")
         gibbs_every = getattr(self, "gibbs_every", None)
         if gibbs_every is not None:
             check_positive_int(gibbs_every, "gibbs_every")
@@ -223,6 +260,14 @@ class ModelSG(SamplerConfig):
                     "(Pakman et al., 2017, eq. 10), and without noise the local linear fit "
                     "interpolates and its band is too low where the network bends. Use a "
                     "smaller batch_size, or sampler='hmc' on small data.")
+
+    def noise_settings(self, n_obs):
+        """``(rank, pooled rows)`` of the "fisher_lowrank" estimate."""
+        rank = getattr(self, "noise_rank", None)
+        pool = getattr(self, "noise_pool", None)
+        rank = DEFAULT_NOISE_RANK if rank is None else int(rank)
+        pool = DEFAULT_NOISE_POOL if pool is None else int(pool)
+        return rank, min(pool * self.batch(n_obs), int(n_obs))
 
     def eta(self, n_obs):
         if isinstance(self.learning_rate, str):
@@ -341,6 +386,40 @@ def _run_sbps(config, rng, posterior, n_warmup, n_draws, chain, trace, progress,
         subsample_size=chain.m, extra=extra)
 
 
+class _PooledNoise:
+    """A minibatch gradient estimator paired with a pooled low-rank ``V_hat``.
+
+    ``grad_with_noise`` returns the plain minibatch gradient and the current
+    :class:`~bayesian_subsample.likelihood.LowRankGradientNoise`, estimated
+    by :meth:`refresh` from rows drawn independently of the minibatches.
+    """
+
+    def __init__(self, estimator, n_rows, rank, noise=None):
+        self.estimator = estimator
+        self.n_rows = n_rows
+        self.rank = rank
+        self.n_obs_per_eval = estimator.n_obs_per_eval
+        self.last_noise = noise
+        #: Per-observation evaluations spent on estimates since the last read.
+        self.cost = 0
+
+    def rebase(self, estimator):
+        """The same estimate with another gradient estimator (new hyperparameters)."""
+        return _PooledNoise(estimator, self.n_rows, self.rank, self.last_noise)
+
+    def refresh(self, position, rng):
+        """A new estimate at ``position``; False if it is not finite (divergence)."""
+        try:
+            self.last_noise = self.estimator.pooled_noise(position, rng, self.n_rows, self.rank)
+        except (np.linalg.LinAlgError, ValueError):
+            return False
+        self.cost += self.n_rows
+        return bool(np.all(np.isfinite(self.last_noise.s)))
+
+    def grad_with_noise(self, position, rng):
+        return self.estimator.grad(position, rng), self.last_noise
+
+
 class _RecordNoise:
     """A minibatch gradient estimator that keeps its last gradient-noise estimate."""
 
@@ -432,6 +511,11 @@ class _ModelChain(ChainDefaults):
         every = getattr(config, "gibbs_every", None)
         self.gibbs_every = None if every is None else int(every)
         self.noise_correction = getattr(config, "noise_correction", None)
+        self.lowrank = self.noise_correction == "fisher_lowrank"
+        if self.lowrank:
+            self.noise_rank, self.noise_rows = config.noise_settings(self.n)
+            refresh = getattr(config, "noise_refresh", None)
+            self.noise_refresh = None if refresh is None else int(refresh)
         #: Per pass (noise correction only): the largest eigenvalue of
         #: ``beta_hat = eta V_hat / 2`` on the pass's last minibatch, the
         #: friction the correction adds in the stiffest direction it sees.
@@ -478,9 +562,21 @@ class _ModelChain(ChainDefaults):
             kernel_step = (sghmc.step_noise_corrected if corrected
                            else sgld.step if self.method == "sgld" else sghmc.step)
             estimator = posterior.gradient_estimator(self.m, hyper)
-            if corrected:
+            if corrected and self.lowrank:
+                estimator = _PooledNoise(estimator, self.noise_rows, self.noise_rank)
+                if not estimator.refresh(state.position, rng):
+                    fatal = divergent = True
+            elif corrected:
                 estimator = _RecordNoise(estimator, self.noise_correction == "covariance")
-            for _ in range(self.steps_per_pass):
+            since = 0
+            for _ in range(self.steps_per_pass if not fatal else 0):
+                if (corrected and self.lowrank and self.noise_refresh is not None
+                        and since >= self.noise_refresh):
+                    since = 0
+                    if not estimator.refresh(state.position, rng):
+                        divergent = fatal = True
+                        break
+                since += 1
                 # Overflow on the way to a divergence is detected by the kernel
                 # (non-finite state) and reported, not printed.
                 with np.errstate(over="ignore", invalid="ignore"):
@@ -496,14 +592,19 @@ class _ModelChain(ChainDefaults):
                     hyper, c = self.gibbs(rng, state.position, hyper)
                     cost += c
                     n_gibbs += 1
-                    estimator = posterior.gradient_estimator(self.m, hyper)
-                    if corrected:
-                        estimator = _RecordNoise(estimator,
-                                                 self.noise_correction == "covariance")
+                    base = posterior.gradient_estimator(self.m, hyper)
+                    if corrected and self.lowrank:
+                        estimator = estimator.rebase(base)
+                    elif corrected:
+                        estimator = _RecordNoise(base, self.noise_correction == "covariance")
+                    else:
+                        estimator = base
                     if self.has_noise:
                         params = self.sg_params(hyper)
             if self.noise_correction is not None and not corrected:
                 self.beta_hat_max.append(np.nan)
+            if corrected and self.lowrank:
+                cost += estimator.cost
             if corrected:
                 noise = estimator.last_noise
                 self.beta_hat_max.append(
