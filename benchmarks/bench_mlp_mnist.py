@@ -163,7 +163,7 @@ def main(argv=None):
     ap.add_argument("--noise-pool", type=int, default=None,
                     help="fisher_lowrank: minibatches pooled per estimate (noise_pool)")
     ap.add_argument("--noise-refresh", type=int, default=None,
-                    help="fisher_lowrank: updates between estimates (default: one per pass)")
+                    help="fisher_lowrank: updates between estimates (default: one per pass; may exceed a pass)")
     ap.add_argument("--noise-correction", default=None, choices=["fisher", "covariance", "fisher_lowrank"],
                     help="SG-HMC's gradient-noise correction (ModelSG noise_correction); "
                          "other methods are unaffected")

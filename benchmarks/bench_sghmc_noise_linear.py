@@ -18,7 +18,14 @@ SG-HMC with ``alpha = 0.1``.  Configurational temperature ``T`` of the draws
   step, only possible for small problems) in the same Crank-Nicolson friction
   step: what the correction gives when ``V_hat`` does not fluctuate;
 * the same dense loop with a minibatch ``V_hat`` and *additive* per-row noise
-  independent of theta, where the minibatch estimate is enough.
+  independent of theta, where the minibatch estimate is enough;
+* the dense loop with ``V_hat`` from the previous minibatch (independent of
+  the current noise), averaged over the current and ``r - 1`` previous
+  minibatches, and that average truncated to its top ``k`` eigenpairs
+  (``dense()``'s ``friction``).
+
+``--only kind:friction ...`` runs a subset (e.g. ``dense:average:20``,
+``library:fisher_lowrank:50:20``, ``library:None``).
 
 One JSON line per variant.  ``python benchmarks/bench_sghmc_noise_linear.py``
 (about 3 CPU-minutes).

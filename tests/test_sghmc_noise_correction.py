@@ -322,3 +322,27 @@ def test_a_model_without_the_needed_products_is_refused_before_sampling(method, 
     post.model = _WithoutPerRowProducts(post.model)
     with pytest.raises(ValueError, match=needed):
         config.prepare(np.random.default_rng(0), post)
+
+
+def test_lowrank_fused_crank_nicolson_update_is_the_two_step_one():
+    net, model, theta, idx, rng = _tiny("softmax", n=40, m=20)
+    _, _, rows = model.loglik_grad_and_rows(theta, idx)
+    op = LowRankGradientNoise(rows, model.n_obs, 8, 5)
+    r, w = rng.normal(size=(2, net.dim))
+    a, k = 0.02, 0.3 / op.max_eigenvalue()
+    two_step = op.shifted_solve(1 + a / 2, k, (1 - a / 2) * r - k * op.matvec(r) + w)
+    np.testing.assert_allclose(op.crank_nicolson(r, w, a, k), two_step, rtol=1e-10)
+    # Control: without the friction's k V r on the right-hand side it differs.
+    wrong = op.shifted_solve(1 + a / 2, k, (1 - a / 2) * r + w)
+    assert np.linalg.norm(wrong - two_step) > 1e-3 * np.linalg.norm(two_step)
+
+
+@pytest.mark.parametrize("refresh, per_pass", [(None, [2700] * 6), (25, [2900] * 6),
+                                               (100, [2700, 2500] * 3)])
+def test_lowrank_estimate_schedule(refresh, per_pass):
+    # 50 updates of 50 rows per pass; an estimate costs its 4 x 50 pooled rows.
+    # None: one per pass; 25: two per pass; 100: one every other pass (the
+    # estimate is kept across the pass boundary and the Gibbs step).
+    res, *_ = _chain(2e-5, "fisher_lowrank", 0, 6, noise_rank=3, noise_refresh=refresh)
+    assert res.extra["diverged_at"] is None
+    assert np.asarray(res.stats["n_obs_evaluated"]).ravel()[-6:].tolist() == per_pass

@@ -377,7 +377,7 @@ class BayesianMLPClassifier(ClassifierMixin, _BayesianMLP):
         data sets (few updates per pass) 0.01 lets the weights and the layer
         precisions drift into the heavy tails of the hierarchical prior
         before the Gibbs steps catch up, so the default is 0.1.
-    noise_correction : None, "fisher" or "covariance", default=None
+    noise_correction : None, "fisher", "covariance" or "fisher_lowrank", default=None
         ``sampler="sghmc"`` only.  Chen et al.'s correction ``B_hat = eta
         V_hat / 2`` (§3.2-3.3), ``V_hat`` the covariance of the minibatch
         gradient estimated from the minibatch's own per-row gradients
@@ -392,7 +392,11 @@ class BayesianMLPClassifier(ClassifierMixin, _BayesianMLP):
         not to ``T = 1`` on MNIST (``doc/neural_networks.rst``,
         calibration).  An update costs about three uncorrected ones (an m x
         m Gram matrix and its Cholesky factor, two forward-mode and two
-        backward passes per minibatch).
+        backward passes per minibatch).  "fisher_lowrank": ``V_hat`` is
+        instead the top 32 eigenpairs of the empirical Fisher of 4
+        minibatches of fresh rows, estimated once per pass independently of
+        the steps' minibatches (``ModelSG``'s ``noise_rank``, ``noise_pool``,
+        ``noise_refresh`` set these).
     prior_shape, prior_rate : float, default=1.0
         Gamma hyper-prior (shape, rate) of each layer's precision.
     prior_precision : None or float, default=None

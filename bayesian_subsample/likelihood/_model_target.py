@@ -390,9 +390,14 @@ class LowRankGradientNoise:
             K = rows.gram()
         if not np.all(np.isfinite(K)):
             raise np.linalg.LinAlgError("non-finite gradient Gram matrix")
-        mu, C = np.linalg.eigh(0.5 * (K + K.T))
-        keep = np.argsort(mu)[::-1][:int(rank)]
-        keep = keep[mu[keep] > 1e-12 * max(float(mu[-1]), 1e-300)]
+        from scipy.linalg import eigh
+
+        # Only the top k eigenpairs (LAPACK's subset driver: about k / R of
+        # a full decomposition's back-transformation).
+        k = min(int(rank), R)
+        mu, C = eigh(0.5 * (K + K.T), subset_by_index=[R - k, R - 1], check_finite=False)
+        keep = np.argsort(mu)[::-1]
+        keep = keep[mu[keep] > 1e-12 * max(float(mu.max()), 1e-300)]
         mu, C = mu[keep], C[:, keep]
         if len(mu) == 0:
             self.U, self.s = None, np.zeros(0)
@@ -436,6 +441,28 @@ class LowRankGradientNoise:
             return w / shift
         q = float(scale) * self.s
         return (w - self.U @ ((q / (shift + q)) * (self.U.T @ w))) / shift
+
+    def crank_nicolson(self, r, w, a, k):
+        """``(I (1 + a/2) + k V_k)^{-1} ((1 - a/2) r - k V_k r + w)`` in one pass each way.
+
+        The Crank-Nicolson friction update of
+        :func:`~bayesian_subsample.samplers.sghmc.step_noise_corrected`
+        (``a = eps C0``, ``k = eps^2 / 4``, ``w`` the gradient and injected
+        noise terms), fused: ``U^T [r, w]`` is one product and the
+        correction in ``U``'s span another, so ``U`` (the costly operand,
+        dim x k) is read twice rather than four times.
+        """
+        r = np.asarray(r, dtype=np.float64)
+        c = 1.0 + 0.5 * a
+        base = (1.0 - 0.5 * a) * r + w
+        if self._empty:
+            return base / c
+        P = self.U.T @ np.column_stack([r, w])
+        ks = float(k) * self.s
+        coef = ks * P[:, 0]
+        inside = (1.0 - 0.5 * a) * P[:, 0] - coef + P[:, 1]
+        coef = coef + (ks / (c + ks)) * inside
+        return (base - self.U @ coef) / c
 
     def max_eigenvalue(self):
         """Largest eigenvalue of ``V_k`` (0 when empty)."""

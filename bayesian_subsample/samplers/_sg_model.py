@@ -172,7 +172,9 @@ class ModelSG(SamplerConfig):
         noisiest directions.
     noise_rank, noise_pool, noise_refresh : None or int, default=None
         "fisher_lowrank" only: ``k`` (default 32), minibatches pooled
-        (default 4) and updates between estimates (None: one per pass).
+        (default 4) and updates between estimates (None: one per pass, made
+        at its start; a larger value keeps an estimate across passes and
+        Gibbs steps).
     gibbs_every : None or int, default=None
         None: the Gibbs draw of the hyperparameters ends every pass (§4.2).
         ``k``: it follows every ``k``-th kernel update, counted over the
@@ -405,7 +407,9 @@ class _PooledNoise:
 
     def rebase(self, estimator):
         """The same estimate with another gradient estimator (new hyperparameters)."""
-        return _PooledNoise(estimator, self.n_rows, self.rank, self.last_noise)
+        other = _PooledNoise(estimator, self.n_rows, self.rank, self.last_noise)
+        other.cost = self.cost
+        return other
 
     def refresh(self, position, rng):
         """A new estimate at ``position``; False if it is not finite (divergence)."""
@@ -516,6 +520,9 @@ class _ModelChain(ChainDefaults):
             self.noise_rank, self.noise_rows = config.noise_settings(self.n)
             refresh = getattr(config, "noise_refresh", None)
             self.noise_refresh = None if refresh is None else int(refresh)
+            #: The current estimate and the updates made since it (kept
+            #: across passes; None until the first corrected pass).
+            self._pooled, self._since_estimate = None, None
         #: Per pass (noise correction only): the largest eigenvalue of
         #: ``beta_hat = eta V_hat / 2`` on the pass's last minibatch, the
         #: friction the correction adds in the stiffest direction it sees.
@@ -563,20 +570,25 @@ class _ModelChain(ChainDefaults):
                            else sgld.step if self.method == "sgld" else sghmc.step)
             estimator = posterior.gradient_estimator(self.m, hyper)
             if corrected and self.lowrank:
-                estimator = _PooledNoise(estimator, self.noise_rows, self.noise_rank)
-                if not estimator.refresh(state.position, rng):
-                    fatal = divergent = True
+                # The estimate lives across passes: a new one every
+                # noise_refresh updates (default: once per pass, at its start).
+                if self._pooled is None:
+                    self._pooled = _PooledNoise(estimator, self.noise_rows, self.noise_rank)
+                    self._since_estimate = None
+                estimator = self._pooled = self._pooled.rebase(estimator)
             elif corrected:
                 estimator = _RecordNoise(estimator, self.noise_correction == "covariance")
-            since = 0
-            for _ in range(self.steps_per_pass if not fatal else 0):
-                if (corrected and self.lowrank and self.noise_refresh is not None
-                        and since >= self.noise_refresh):
-                    since = 0
+            refresh_every = (self.steps_per_pass if not self.lowrank or self.noise_refresh is None
+                             else self.noise_refresh)
+            for _ in range(self.steps_per_pass):
+                if corrected and self.lowrank and (self._since_estimate is None
+                                                   or self._since_estimate >= refresh_every):
+                    self._since_estimate = 0
                     if not estimator.refresh(state.position, rng):
                         divergent = fatal = True
                         break
-                since += 1
+                if corrected and self.lowrank:
+                    self._since_estimate += 1
                 # Overflow on the way to a divergence is detected by the kernel
                 # (non-finite state) and reported, not printed.
                 with np.errstate(over="ignore", invalid="ignore"):
@@ -594,7 +606,7 @@ class _ModelChain(ChainDefaults):
                     n_gibbs += 1
                     base = posterior.gradient_estimator(self.m, hyper)
                     if corrected and self.lowrank:
-                        estimator = estimator.rebase(base)
+                        estimator = self._pooled = estimator.rebase(base)
                     elif corrected:
                         estimator = _RecordNoise(base, self.noise_correction == "covariance")
                     else:
@@ -605,6 +617,7 @@ class _ModelChain(ChainDefaults):
                 self.beta_hat_max.append(np.nan)
             if corrected and self.lowrank:
                 cost += estimator.cost
+                estimator.cost = 0
             if corrected:
                 noise = estimator.last_noise
                 self.beta_hat_max.append(

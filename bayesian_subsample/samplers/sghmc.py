@@ -228,7 +228,9 @@ def step_noise_corrected(rng: np.random.Generator, state: SGHMCState, grad_estim
         With ``grad_with_noise(position, rng) -> (g, noise)``, ``noise``
         providing ``matvec(u)`` (``V_hat u``) and ``shifted_solve(shift,
         scale, w)`` (:class:`~bayesian_subsample.likelihood.MinibatchGradientNoise`),
-        and ``n_obs_per_eval``.
+        or the whole update as ``crank_nicolson(r, w, a, k)``
+        (:class:`~bayesian_subsample.likelihood.LowRankGradientNoise`), and
+        ``n_obs_per_eval``.
     params : SGHMCParams
         Unit metric and a uniform friction ``C0`` with no ``B_hat`` (the
         injected noise ``2 C0 eps``); :func:`make_params` builds it.
@@ -255,10 +257,14 @@ def step_noise_corrected(rng: np.random.Generator, state: SGHMCState, grad_estim
             ok = bool(np.all(np.isfinite(theta)))
             if ok:
                 g, noise = grad_estimator.grad_with_noise(theta, rng)
-                rhs = ((1.0 - 0.5 * a) * r - k * noise.matvec(r) + eps * g
-                       + _apply(params.noise_sqrt, rng.standard_normal(dim)))
+                xi = _apply(params.noise_sqrt, rng.standard_normal(dim))
+                fused = getattr(noise, "crank_nicolson", None)
                 try:
-                    r = noise.shifted_solve(1.0 + 0.5 * a, k, rhs)
+                    if fused is not None:
+                        r = fused(r, eps * g + xi, a, k)
+                    else:
+                        rhs = (1.0 - 0.5 * a) * r - k * noise.matvec(r) + eps * g + xi
+                        r = noise.shifted_solve(1.0 + 0.5 * a, k, rhs)
                 except (np.linalg.LinAlgError, ValueError):
                     ok = False
             if not (ok and np.all(np.isfinite(theta)) and np.all(np.isfinite(r))
