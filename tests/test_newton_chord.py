@@ -108,3 +108,46 @@ def test_fit_reports_chord_passes_on_tall_data(monkeypatch):
     rule_log = infos["perturbed"]["setup_newton"]
     assert rule_log[-1]["sigma2"] <= 0.1
     assert len(rule_log) <= len(tol_log)
+
+
+def _subset_mode_counting(monkeypatch, post, min_subset):
+    """``subset_mode`` on ``post`` with ``WARM_START_MIN_SUBSET = min_subset``;
+    returns its theta and Hessian and the sizes of the row sets of every
+    order-2 evaluation."""
+    from types import SimpleNamespace
+
+    from bayesian_subsample.samplers import _hmc_family
+
+    monkeypatch.setattr(_hmc_family, "WARM_START_MIN_SUBSET", min_subset)
+    monkeypatch.setattr(_hmc_family, "WARM_START_ROWS", 2000)
+    sizes = []
+    real = post.model.sums
+
+    def counted(theta, order=1, idx=None, rows=None):
+        if order == 2:
+            sizes.append(len(rows[0]))
+        return real(theta, order, idx, rows)
+
+    monkeypatch.setattr(post.model, "sums", counted)
+    config = SimpleNamespace(reference_fraction=0.1)
+    theta, _, H = _hmc_family.subset_mode(config, np.random.default_rng(5), post)
+    return theta, H, sizes
+
+
+def test_large_subsets_start_newton_at_a_sub_subset_mode(monkeypatch):
+    """Warm start (``WARM_START_MIN_SUBSET``): the search on a large subset
+    starts at the mode of every k-th of its rows and so makes fewer order-2
+    evaluations on all of them, and ends at the same mode within the
+    search's tolerance; below the threshold it starts where it always did
+    (the negative control: more evaluations on the whole subset)."""
+    cold, H_cold, sizes_cold = _subset_mode_counting(monkeypatch, _posterior()[0], 10**9)
+    warm, H_warm, sizes_warm = _subset_mode_counting(monkeypatch, _posterior()[0], 10_000)
+    full = [s for s in sizes_warm if s == 20_000]
+    assert set(sizes_cold) == {20_000}
+    assert 0 < len(full) < len(sizes_cold)
+    assert set(sizes_warm) - {20_000} == {2000}          # the sub-subset: 20,000 // 10th
+    # Both stop at a Newton decrement below 2 tol (tol = 1e-8), i.e. within
+    # sqrt(2 tol) of the mode in the norm of the subset posterior's Hessian.
+    gap = warm - cold
+    assert np.sqrt(gap @ H_cold @ gap) <= 2 * np.sqrt(2e-8)
+    np.testing.assert_allclose(H_warm, H_cold, rtol=1e-4)

@@ -338,6 +338,21 @@ REFERENCE_FRACTION_MAX = 0.05
 REFERENCE_ROWS_MAX_BYTES = 256 * 2**20
 _GROWTH_FACTORS = (1.5, 2.0, 3.0, 4.0, 5.0)
 
+#: Subsets of at least this many rows start their Newton search
+#: (:func:`subset_mode`) at the mode of every ``k``-th of their rows, about
+#: :data:`WARM_START_ROWS` of them, instead of at the prior's starting
+#: point: from zero the search on 10^6 rows of the 10^8-row benchmark made
+#: 7 order-2 and 6 order-0 evaluations on all of them (0.63 CPU-s), from
+#: the 50,000-row mode 4 and 3 (0.37 CPU-s including that mode).  Both
+#: converge to the same mode within the search's tolerance (they differed
+#: by 3e-13 there), not bit for bit, so draws change in the last digits for
+#: data from ``WARM_START_MIN_SUBSET / reference_fraction`` rows (5 x 10^7
+#: at the default 1%); smaller data keep their draws.
+WARM_START_MIN_SUBSET = 500_000
+
+#: Rows (about) of the warm start's sub-subset (:data:`WARM_START_MIN_SUBSET`).
+WARM_START_ROWS = 50_000
+
 
 def subset_mode(config, rng, posterior, return_idx=False):
     """The first theta*: the posterior mode of a random subset (Dang et al., §6.5).
@@ -362,8 +377,31 @@ def subset_mode(config, rng, posterior, return_idx=False):
         hessian, rows = None, None
     else:
         rows = posterior.subset_rows(idx)
-        theta, cost, hessian = posterior.mode(idx=idx, return_hessian=True, rows=rows)
+        theta, cost = _warm_start(posterior, idx, rows)
+        theta, cost_mode, hessian = posterior.mode(theta0=theta, idx=idx, return_hessian=True,
+                                                   rows=rows)
+        cost += cost_mode
     return (theta, cost, hessian, idx, rows) if return_idx else (theta, cost, hessian)
+
+
+def _warm_start(posterior, idx, rows):
+    """``(theta0, cost)``: where the Newton search on the subset ``idx`` starts.
+
+    For a subset of at least :data:`WARM_START_MIN_SUBSET` rows whose
+    gathered ``rows`` are a tuple of per-row arrays, the mode of every
+    ``k``-th of them (``k = len(idx) // WARM_START_ROWS``; ``idx`` is a
+    sorted uniform sample, so every ``k``-th of it is one too, and no random
+    numbers are drawn) and the evaluations it cost; else ``(None, 0)`` (the
+    search starts where :meth:`~bayesian_subsample.likelihood.TallPosterior.mode`
+    starts by default).
+    """
+    size = len(idx)
+    if size < WARM_START_MIN_SUBSET or not isinstance(rows, tuple) or not all(
+            a is None or (isinstance(a, np.ndarray) and len(a) == size) for a in rows):
+        return None, 0
+    k = size // WARM_START_ROWS
+    few = tuple(None if a is None else np.ascontiguousarray(a[::k]) for a in rows)
+    return posterior.mode(idx=idx[::k], rows=few)
 
 
 def _row_bytes(rows, size):
