@@ -184,3 +184,35 @@ def test_nan_in_a_memmap_is_refused_by_the_process_pass(tmp_path, monkeypatch):
     with pytest.raises(ValueError, match="Input X contains NaN"):
         BayesianLogisticRegression(sampler="sgld", n_chains=2, n_jobs=2, n_warmup=10,
                                    n_draws=10).fit(X, y)
+
+
+class _DiesInWorkers(GLM):
+    """A GLM whose chunks end the process they run in, when that is a worker."""
+
+    def _block_sums(self, *args):
+        import multiprocessing
+
+        if multiprocessing.parent_process() is not None:
+            os._exit(1)
+        return super()._block_sums(*args)
+
+
+@pytest.mark.parametrize("dies", [True, False])
+def test_a_worker_dying_in_a_set_up_pass_raises_worker_lost(tmp_path, dies):
+    from bayesian_subsample.estimators import WorkerLostError
+    from bayesian_subsample.samplers import HMCECS
+
+    X, y = _memmap_data(tmp_path, n=30_000)
+    cls = _DiesInWorkers if dies else GLM
+    post = TallPosterior(cls(X, y, LogisticFamily(), chunk_size=2000),
+                         GaussianPrior(np.full(X.shape[1] + 1, 3.0)))
+    config = HMCECS(backend="numpy")
+    config.validate(len(X))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        if dies:
+            with pytest.raises(WorkerLostError, match="set-up pass over the data died"):
+                _engine.run_chains(config, post, 0, 2, 10, 5, n_jobs=2)
+        else:  # control: the same run with a model whose workers live
+            _, results = _engine.run_chains(config, post, 0, 2, 10, 5, n_jobs=2)
+            assert all(r.draws.shape[0] == 5 for r in results)

@@ -431,13 +431,30 @@ def run_chains(config, posterior, random_state, n_chains, n_warmup, n_draws, n_j
                            report)
 
 
+@contextlib.contextmanager
+def _set_up_worker_deaths():
+    """A worker process that dies during a set-up pass (a memmapped ``X``'s
+    passes run on process workers, ``estimators/_passes.py``) raises
+    :class:`WorkerLostError`, as one running a chain does."""
+    try:
+        yield
+    except Exception as exc:
+        if _known_worker_death(exc):
+            raise WorkerLostError(
+                f"A worker process running a set-up pass over the data died: {exc} The usual "
+                "cause is the operating system's out-of-memory killer (SIGKILL). No chain "
+                "had started and the estimator is unchanged. Use fewer workers (n_jobs) or "
+                "give them more memory.") from exc
+        raise
+
+
 def _run_chains(config, posterior, random_state, n_chains, n_warmup, n_draws, n_jobs,
                 verbose, progress_bar, keep_partial, resume, prepared, report):
     """:func:`run_chains` with BLAS already on one thread."""
     if resume is None:
         seeds = seed_sequences(random_state, n_chains + 1)
         start = time.perf_counter()
-        with set_up_passes(posterior, n_jobs) as chunk_map:
+        with _set_up_worker_deaths(), set_up_passes(posterior, n_jobs) as chunk_map:
             prepared = config.prepare(np.random.default_rng(seeds[0]), posterior)
             # X's validation scan, if left to the first full pass and the
             # set-up made none: its own pass now, before any chain starts.
@@ -456,7 +473,7 @@ def _run_chains(config, posterior, random_state, n_chains, n_warmup, n_draws, n_
     else:
         finish = getattr(getattr(posterior, "model", None), "finish_deferred_scan", None)
         if finish is not None:
-            with set_up_passes(posterior, n_jobs):
+            with _set_up_worker_deaths(), set_up_passes(posterior, n_jobs):
                 finish()
         # Copies: the drivers advance the states they are given, and the
         # fitted estimator must keep its own until the new fit is committed.
