@@ -15,7 +15,12 @@ rows, one BLAS thread: CPU seconds of
   backward product ``J^T C``), for each ``--ranks``;
 
 and the implied cost of a pass (100 updates, one estimate) relative to an
-uncorrected pass.  One JSON line per measurement.
+uncorrected pass.  ``--row-norms`` adds how the gradient noise is spread over
+the training rows at that network: the squared norms ``|g_i|^2`` of all
+per-row gradients (the diagonal of per-chunk Gram matrices), their
+participation ratio ``(sum |g_i|^2)^2 / sum |g_i|^4`` and the number of rows
+that hold 50/90/99% of ``sum |g_i|^2`` (the trace of ``V``).  One JSON line
+per measurement.
 
     OMP_NUM_THREADS=1 python benchmarks/bench_sghmc_noise_cost.py
 """
@@ -51,6 +56,7 @@ def main(argv=None):
     ap.add_argument("--updates", type=int, default=30)
     ap.add_argument("--pool", type=int, default=4)
     ap.add_argument("--ranks", type=int, nargs="+", default=[32, 64])
+    ap.add_argument("--row-norms", action="store_true")
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
     out = open(args.out, "a") if args.out else sys.stdout
@@ -102,6 +108,19 @@ def main(argv=None):
         rows.append({"what": "estimate", "noise_correction": "fisher_lowrank", "rank": k,
                      "pooled_rows": R, "cpu_seconds": build,
                      "pass_ratio": per_pass / (100 * base)})
+    if args.row_norms:
+        model = post.model
+        sq = np.empty(model.n_obs)
+        for s in range(0, model.n_obs, m):
+            idx = np.arange(s, min(model.n_obs, s + m))
+            _, _, per_row = model.loglik_grad_and_rows(theta, idx)
+            sq[idx] = np.diag(per_row.gram())
+        srt = np.sort(sq)[::-1]
+        share = np.cumsum(srt) / srt.sum()
+        rows.append({"what": "row_norms", "n_rows": int(model.n_obs),
+                     "participation_ratio": float(srt.sum() ** 2 / (srt ** 2).sum()),
+                     "rows_for_50_90_99_percent": [int(np.searchsorted(share, q)) + 1
+                                                   for q in (0.5, 0.9, 0.99)]})
     for r in rows:
         r = {key: (round(v, 5) if isinstance(v, float) else v) for key, v in r.items()}
         print(json.dumps({"benchmark": "sghmc_noise_cost", **r}), file=out, flush=True)

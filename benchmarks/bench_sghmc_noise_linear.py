@@ -22,10 +22,12 @@ SG-HMC with ``alpha = 0.1``.  Configurational temperature ``T`` of the draws
 * the dense loop with ``V_hat`` from the previous minibatch (independent of
   the current noise), averaged over the current and ``r - 1`` previous
   minibatches, and that average truncated to its top ``k`` eigenpairs
-  (``dense()``'s ``friction``).
+  (``dense()``'s ``friction``);
+* ``dense exact-ou``: the minibatch ``V_hat`` with the friction as an exact
+  Ornstein-Uhlenbeck step instead of Crank-Nicolson.
 
 ``--only kind:friction ...`` runs a subset (e.g. ``dense:average:20``,
-``library:fisher_lowrank:50:20``, ``library:None``).
+``library:fisher_lowrank:50:20``, ``library:None``, ``"dense exact-ou:minibatch"``).
 
 One JSON line per variant.  ``python benchmarks/bench_sghmc_noise_linear.py``
 (about 3 CPU-minutes).
@@ -85,7 +87,7 @@ def parse_friction(friction):
     return None
 
 
-def dense(eta, friction, steps, seed, additive=False):
+def dense(eta, friction, steps, seed, additive=False, exact_ou=False):
     """CN-friction SG-HMC with an explicit (d, d) V; T = tr(H C) / d from the draws.
 
     ``friction`` is ``"population"`` (V of all n rows at theta), ``"minibatch"``
@@ -128,8 +130,23 @@ def dense(eta, friction, steps, seed, additive=False):
         else:
             V = fpc * G.T @ G / M
         A = ALPHA * np.eye(D) + 0.5 * eta * V
-        rhs = (np.eye(D) - A / 2) @ v + eta * g + np.sqrt(2 * ALPHA * eta) * rng.normal(size=D)
-        v = np.linalg.solve(np.eye(D) + A / 2, rhs)
+        if exact_ou:
+            # The friction as an exact Ornstein-Uhlenbeck step with the force
+            # held over it: v' = e^{-A} v + phi(A) eta g + N(0, S), phi(a) =
+            # (1 - e^{-a}) / a, S = eta (I - e^{-2A}) - phi(A) eta^2 V phi(A)
+            # (what the gradient noise does not supply; >= 0 in every
+            # eigendirection since a = alpha + eta lambda / 2).
+            lam, Q = np.linalg.eigh(V)
+            lam = np.maximum(lam, 0.0)
+            a = ALPHA + 0.5 * eta * lam
+            phi = -np.expm1(-a) / a
+            var = np.maximum(-eta * np.expm1(-2 * a) - eta * eta * lam * phi ** 2, 0.0)
+            v = Q @ (np.exp(-a) * (Q.T @ v) + phi * (Q.T @ (eta * g))
+                     + np.sqrt(var) * rng.normal(size=D))
+        else:
+            rhs = ((np.eye(D) - A / 2) @ v + eta * g
+                   + np.sqrt(2 * ALPHA * eta) * rng.normal(size=D))
+            v = np.linalg.solve(np.eye(D) + A / 2, rhs)
         if t > steps // 10 and t % 10 == 0:
             kept.append(th - mean)
     E = np.array(kept)
@@ -153,9 +170,12 @@ def main(argv=None):
     args = ap.parse_args(argv)
     out = open(args.out, "a") if args.out else sys.stdout
     runs = [("library", c) for c in (None, "fisher", "covariance")]
-    runs += [("dense", "population"), ("dense", "minibatch"), ("dense additive", "minibatch")]
+    runs += [("dense", "population"), ("dense", "minibatch"), ("dense additive", "minibatch"),
+             ("dense exact-ou", "minibatch")]
     runs += [("dense", f) for f in ("previous", "average:5", "average:20", "average:20:5",
                                     "average:20:20")]
+    runs += [("library", f"fisher_lowrank:{p}:{k}") for p, k in ((20, 100), (50, 100), (50, 20),
+                                                                 (50, 5))]
     if args.only is not None:
         runs = [(s.split(":", 1)[0], (s.split(":", 1)[1] if ":" in s else None))
                 for s in args.only]
@@ -165,7 +185,8 @@ def main(argv=None):
         if kind == "library":
             t, se = library(args.eta, variant, args.draws, args.seed)
         else:
-            t, se = dense(args.eta, variant, args.steps, args.seed, kind == "dense additive")
+            t, se = dense(args.eta, variant, args.steps, args.seed, kind == "dense additive",
+                          kind == "dense exact-ou")
         print(json.dumps({"implementation": kind, "friction": variant, "eta": args.eta,
                           "n": N, "d": D, "m": M, "alpha": ALPHA, "temperature": round(t, 4),
                           "standard_error": round(se, 4),
