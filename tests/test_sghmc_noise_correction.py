@@ -346,3 +346,18 @@ def test_lowrank_estimate_schedule(refresh, per_pass):
     res, *_ = _chain(2e-5, "fisher_lowrank", 0, 6, noise_rank=3, noise_refresh=refresh)
     assert res.extra["diverged_at"] is None
     assert np.asarray(res.stats["n_obs_evaluated"]).ravel()[-6:].tolist() == per_pass
+
+
+def test_lowrank_operator_keeps_float32_data_in_float32():
+    net, model, theta, idx, rng = _tiny("softmax", n=40, m=20)
+    model32 = MLPModel(net, model.X.astype(np.float32), model.y)
+    _, _, rows = model.loglik_grad_and_rows(theta, idx)
+    _, _, rows32 = model32.loglik_grad_and_rows(theta, idx)
+    op, op32 = LowRankGradientNoise(rows, 40, 8, 5), LowRankGradientNoise(rows32, 40, 8, 5)
+    assert op.U.dtype == np.float64 and op32.U.dtype == np.float32
+    r, w = rng.normal(size=(2, net.dim))
+    a, k = 0.02, 0.3 / op.max_eigenvalue()
+    ref = op.crank_nicolson(r, w, a, k)
+    out = op32.crank_nicolson(r, w, a, k)
+    assert out.dtype == np.float64
+    np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-5 * np.abs(ref).max())

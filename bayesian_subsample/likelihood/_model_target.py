@@ -358,7 +358,8 @@ class LowRankGradientNoise:
     (``J`` the (R, dim) per-row log-likelihood gradients, never formed; the
     uncentred second moment, the pooled empirical Fisher, with the
     finite-population factor of a minibatch of ``m``), truncated to its
-    top ``k`` eigenpairs ``U diag(s) U^T`` (``U`` orthonormal, (dim, k)).
+    top ``k`` eigenpairs ``U diag(s) U^T`` (``U`` orthonormal, (dim, k),
+    kept in the passes' precision: float32 for float32 data).
     The eigenvalues of ``J^T J`` are those of the (R, R) Gram matrix ``J
     J^T = C diag(mu) C^T`` and its eigenvectors are ``J^T C / sqrt(mu)``:
     one Gram matrix (:meth:`MLP.gradient_gram`), one ``eigh``, one batched
@@ -418,19 +419,29 @@ class LowRankGradientNoise:
         s, E = np.linalg.eigh((Rq * mu) @ Rq.T)
         order = np.argsort(s)[::-1]
         self.s = factor * np.maximum(s[order], 0.0)
-        self.U = Q @ E[:, order]
+        # Stored in the passes' working precision (float32 for float32 data:
+        # the updates read U twice, and its size is what they cost).
+        self.U = (Q @ E[:, order]).astype(getattr(rows, "dtype", np.float64), copy=False)
         self._empty = False
 
     @property
     def rank(self):
         return int(len(self.s))
 
+    def _project(self, x):
+        """``U^T x`` (float64), in ``U``'s precision."""
+        return np.asarray(self.U.T @ x.astype(self.U.dtype, copy=False), dtype=np.float64)
+
+    def _expand(self, c):
+        """``U c`` (float64), in ``U``'s precision."""
+        return np.asarray(self.U @ c.astype(self.U.dtype, copy=False), dtype=np.float64)
+
     def matvec(self, u):
         """``V_k u = U diag(s) U^T u``."""
         u = np.asarray(u, dtype=np.float64)
         if self._empty:
             return np.zeros_like(u)
-        return self.U @ (self.s * (self.U.T @ u))
+        return self._expand(self.s * self._project(u))
 
     def shifted_solve(self, shift, scale, w):
         """``(shift I + scale V_k)^{-1} w`` in closed form (``U`` orthonormal):
@@ -440,7 +451,7 @@ class LowRankGradientNoise:
         if self._empty:
             return w / shift
         q = float(scale) * self.s
-        return (w - self.U @ ((q / (shift + q)) * (self.U.T @ w))) / shift
+        return (w - self._expand((q / (shift + q)) * self._project(w))) / shift
 
     def crank_nicolson(self, r, w, a, k):
         """``(I (1 + a/2) + k V_k)^{-1} ((1 - a/2) r - k V_k r + w)`` in one pass each way.
@@ -457,12 +468,12 @@ class LowRankGradientNoise:
         base = (1.0 - 0.5 * a) * r + w
         if self._empty:
             return base / c
-        P = self.U.T @ np.column_stack([r, w])
+        P = self._project(np.column_stack([r, w]))
         ks = float(k) * self.s
         coef = ks * P[:, 0]
         inside = (1.0 - 0.5 * a) * P[:, 0] - coef + P[:, 1]
         coef = coef + (ks / (c + ks)) * inside
-        return (base - self.U @ coef) / c
+        return (base - self._expand(coef)) / c
 
     def max_eigenvalue(self):
         """Largest eigenvalue of ``V_k`` (0 when empty)."""

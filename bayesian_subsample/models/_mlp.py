@@ -408,6 +408,8 @@ class MLP:
 
         class _Rows:
             n_rows = int(delta.shape[0])
+            #: The passes' working precision (float32 for float32 data).
+            dtype = dt
 
             @staticmethod
             def apply(u):
