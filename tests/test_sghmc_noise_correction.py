@@ -361,3 +361,33 @@ def test_lowrank_operator_keeps_float32_data_in_float32():
     out = op32.crank_nicolson(r, w, a, k)
     assert out.dtype == np.float64
     np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-5 * np.abs(ref).max())
+
+
+def test_pooled_estimate_leaves_out_rows_without_gradient_and_is_unchanged():
+    # Gaussian outputs fitted exactly on half the rows: those rows' gradients
+    # are zero, the pooled estimate leaves them out (n_rows_used) and equals
+    # the estimate from all pooled rows; the square norms are the Gram diagonal.
+    from bayesian_subsample.likelihood._gradients import sample_without_replacement
+
+    net, model, theta, _, rng = _tiny("gaussian", n=40)
+    y = rng.normal(size=40)
+    fitted = np.arange(40) % 2 == 0
+    y[fitted] = net.predict_output(theta, model.X)[fitted, 0]
+    post = HierarchicalPosterior(MLPModel(net, model.X, y), net.layer_of_each_weight(),
+                                 net.glorot_init, prior_precision=1.0, noise_precision=1.0)
+    est = post.gradient_estimator(8, post.point_hyper(theta)[0])
+    _, _, rows = post.model.loglik_grad_and_rows(theta, np.arange(40))
+    np.testing.assert_allclose(rows.square_norms(), np.diag(rows.gram()), rtol=1e-12)
+    pruned = est.pooled_noise(theta, np.random.default_rng(3), 24, 4)
+    idx = np.sort(sample_without_replacement(np.random.default_rng(3), 40, 24))
+    _, _, all_rows = post.model.loglik_grad_and_rows(theta, idx)
+    full = LowRankGradientNoise(all_rows, 40, 8, 4)
+    assert pruned.n_pooled == 24 and pruned.n_rows_used == np.sum(~fitted[idx]) < 24
+    np.testing.assert_allclose(pruned.s, full.s, rtol=1e-9)
+    u = rng.normal(size=net.dim)
+    np.testing.assert_allclose(pruned.matvec(u), full.matvec(u), rtol=1e-8,
+                               atol=1e-10 * np.abs(full.matvec(u)).max())
+    # Control: the subset's factor taken from its own size (not the pool's) differs.
+    _, _, kept = post.model.loglik_grad_and_rows(theta, idx[~fitted[idx]])
+    wrong = LowRankGradientNoise(kept, 40, 8, 4)
+    assert abs(wrong.s[0] - full.s[0]) > 1e-3 * full.s[0]

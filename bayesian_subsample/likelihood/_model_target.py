@@ -74,6 +74,11 @@ class RowModel(Protocol):
     # stochastic bouncy particle sampler needs them; see ModelObservation).
 
 
+#: :meth:`ModelMinibatchGradient.pooled_noise` leaves out the pooled rows with
+#: the smallest gradients that together hold this share of ``trace(J^T J)``.
+PRUNE_TRACE = 1e-4
+
+
 class Hyperparameters(NamedTuple):
     """Hyperparameters held fixed by the weight updates between Gibbs steps."""
 
@@ -128,10 +133,26 @@ class ModelMinibatchGradient:
         p = self.posterior
         rows_fn = p.model_method("loglik_grad_and_rows")
         idx = np.sort(sample_without_replacement(rng, p.n_obs, min(int(n_rows), p.n_obs)))
+        position = np.asarray(position, dtype=np.float64)
+        tau = self.hyper.noise_precision
         with np.errstate(over="ignore", invalid="ignore"):
-            _, _, rows = rows_fn(np.asarray(position, dtype=np.float64), idx,
-                                 self.hyper.noise_precision)
-        return LowRankGradientNoise(rows, p.n_obs, self.subsample_size, rank)
+            _, _, rows = rows_fn(position, idx, tau)
+            norms = getattr(rows, "square_norms", None)
+            if norms is not None:
+                # Rows whose gradients together hold less than PRUNE_TRACE of
+                # the trace of J^T J are left out of the Gram matrix and the
+                # eigenvectors (the estimate changes by a PSD matrix of at
+                # most that relative trace): on a trained network most rows
+                # are fitted and their gradients are tiny.
+                sq = norms()
+                if np.all(np.isfinite(sq)) and sq.sum() > 0:
+                    order = np.argsort(sq)[::-1]
+                    share = np.cumsum(sq[order]) / sq.sum()
+                    n_keep = int(np.searchsorted(share, 1.0 - PRUNE_TRACE)) + 1
+                    if n_keep < len(idx):
+                        _, _, rows = rows_fn(position, np.sort(idx[order[:n_keep]]), tau)
+        return LowRankGradientNoise(rows, p.n_obs, self.subsample_size, rank,
+                                    n_pooled=len(idx))
 
     def observe(self, position, rng):
         """The estimate on a fresh minibatch, with its noise along any direction.
@@ -376,17 +397,24 @@ class LowRankGradientNoise:
         ``m``, the minibatch size of the steps whose noise this estimates.
     rank : int
         ``k``; at most ``R`` (eigenvalues that are not positive are dropped).
+    n_pooled : None or int
+        Rows pooled when ``rows`` holds only a subset of them (the others'
+        gradients negligible; :meth:`ModelMinibatchGradient.pooled_noise`);
+        None: ``rows.n_rows``.
 
     Raises ``numpy.linalg.LinAlgError`` if the Gram matrix is not finite (a
     diverging chain).
     """
 
-    def __init__(self, rows, n_obs, subsample_size, rank):
+    def __init__(self, rows, n_obs, subsample_size, rank, n_pooled=None):
         R = int(rows.n_rows)
         m = int(subsample_size)
         self.subsample_size = m
-        self.n_pooled = R
-        factor = (n_obs * n_obs / m) * (1.0 - m / n_obs) / R
+        #: Rows the estimate averages over (``rows`` may hold only those of
+        #: them with non-negligible gradients).
+        self.n_pooled = R if n_pooled is None else int(n_pooled)
+        self.n_rows_used = R
+        factor = (n_obs * n_obs / m) * (1.0 - m / n_obs) / self.n_pooled
         with np.errstate(over="ignore", invalid="ignore"):
             K = rows.gram()
         if not np.all(np.isfinite(K)):

@@ -380,6 +380,20 @@ class MLP:
                 delta *= _activation_slope(self.activation, a)
         return gram
 
+    def gradient_square_norms(self, acts, delta, layers):
+        """``|grad_i|^2`` of every row (float64, (rows,)): the diagonal of
+        :meth:`gradient_gram`, ``sum_l |Delta_l[i]|^2 (|A_l[i]|^2 + 1)``, at
+        the cost of the back-propagation of ``delta`` alone."""
+        out = np.zeros(delta.shape[0])
+        for layer in range(self.n_layers - 1, -1, -1):
+            a = acts[layer]
+            d2 = np.einsum("ij,ij->i", delta, delta, dtype=np.float64)
+            out += d2 * (np.einsum("ij,ij->i", a, a, dtype=np.float64) + 1.0)
+            if layer:
+                delta = delta @ layers[layer][0].T
+                delta *= _activation_slope(self.activation, a)
+        return out
+
     def loglik_grad_and_rows(self, theta, X, y, noise_precision=1.0):
         """``loglik_and_grad`` plus linear maps of the per-row gradients.
 
@@ -392,7 +406,9 @@ class MLP:
         * ``rows.transpose_apply(c)``: ``J^T c``, the per-row gradients
           summed with weights ``c`` (one backward pass with the output error
           of row ``i`` scaled by ``c_i``);
-        * ``rows.gram()``: ``J J^T`` (:meth:`gradient_gram`).
+        * ``rows.gram()``: ``J J^T`` (:meth:`gradient_gram`);
+        * ``rows.square_norms()``: its diagonal (:meth:`gradient_square_norms`);
+        * ``rows.transpose_apply_many(C)``: ``J^T C`` (:meth:`backward_many`).
 
         These are what a minibatch estimate of the gradient-noise covariance
         needs (Chen, Fox and Guestrin, 2014, eq. 6: ``V``, and §3.2:
@@ -428,6 +444,10 @@ class MLP:
             @staticmethod
             def gram():
                 return net.gradient_gram(acts, delta, layers)
+
+            @staticmethod
+            def square_norms():
+                return net.gradient_square_norms(acts, delta, layers)
 
         return float(ll.sum()), grad, _Rows()
 
