@@ -230,10 +230,13 @@ def test_lowrank_operator_is_the_top_eigenpairs_of_the_pooled_fisher(output):
 
 
 def test_lowrank_corrected_chain_has_temperature_one_where_the_uncorrected_one_is_hot():
-    # The setting of the per-minibatch test above (the uncorrected chain there
-    # is its negative control, T ~ 3); V from 4 x 50 fresh rows per pass, full
-    # rank (3) here, so the chain must read T = 1 within 4 SE.
+    # The setting of the per-minibatch test above: the uncorrected chain
+    # (T ~ 3) fails the assertion (negative control); V from 4 x 50 fresh rows
+    # per pass, full rank (3) here, so the corrected chain reads T = 1 within 4 SE.
     eta = 2e-5
+    hot, post, *_ = _chain(eta, None, 5, 300)
+    t_hot = _temperature(post, hot.draws)
+    assert not abs(t_hot.temperature[0] - 1) < 4 * t_hot.standard_error[0], t_hot
     res, post, *_ = _chain(eta, "fisher_lowrank", 5, 300, noise_rank=3)
     t = _temperature(post, res.draws)
     assert abs(t.temperature[0] - 1) < 4 * t.standard_error[0], t
