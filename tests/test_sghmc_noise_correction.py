@@ -272,6 +272,9 @@ def test_bad_options_are_named():
         ModelSG("sghmc", M, noise_pool=2).validate(N)
     with pytest.raises(ValueError, match="noise_rank=300 exceeds the 200 pooled rows"):
         ModelSG("sghmc", M, noise_correction="fisher_lowrank", noise_rank=300).validate(N)
+    with pytest.raises(ValueError, match="noise_rank=4 exceeds the 3 weights"):
+        ModelSG("sghmc", M, noise_correction="fisher_lowrank", noise_rank=4).prepare(
+            np.random.default_rng(0), post)
     with pytest.raises(ValueError, match="noise_refresh"):
         ModelSG("sghmc", M, noise_correction="fisher_lowrank", noise_refresh=0).validate(N)
     with pytest.raises(ValueError, match="SGLD has no friction"):
@@ -299,6 +302,42 @@ def test_estimators_pass_the_option_through():
     with pytest.raises(ValueError, match="SGLD has no friction"):
         BayesianMLPClassifier(sampler="sgld", noise_correction="fisher", n_chains=1,
                               n_warmup=1, n_draws=1).fit(X, y)
+
+
+def test_lowrank_defaults_work_on_small_data_and_set_options_are_checked():
+    # n = 20: the default rank (32) is clipped to the 20 pooled rows and to
+    # the network's 13 weights; a rank the user sets above either is refused
+    # before sampling, with the way out.
+    import warnings
+
+    from bayesian_subsample import BayesianMLPClassifier
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(20, 2))
+    y = (X[:, 0] > 0).astype(int)
+    kw = dict(hidden_layer_sizes=(3,), n_chains=1, n_warmup=2, n_draws=3, random_state=0,
+              noise_correction="fisher_lowrank")
+    assert ModelSG(noise_correction="fisher_lowrank").noise_settings(20, 13) == (13, 20)
+    assert ModelSG(noise_correction="fisher_lowrank").noise_settings(20) == (20, 20)
+    assert ModelSG(noise_correction="fisher_lowrank").noise_settings(10 ** 5, 10 ** 4) == (
+        32, 2000)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        est = BayesianMLPClassifier(**kw).fit(X, y)
+        assert est.network_.dim == 13
+        assert np.all(np.isfinite(est.sampler_info_[0]["beta_hat_max"][2:]))
+        assert est.predict_proba(X).shape == (20, 2)
+        # The estimator's own options reach the sampler.
+        est = BayesianMLPClassifier(noise_rank=2, noise_pool=1, noise_refresh=10, **kw).fit(X, y)
+    assert (est.sampler_.noise_rank, est.sampler_.noise_pool, est.sampler_.noise_refresh) == (
+        2, 1, 10)
+    assert {"noise_rank", "noise_pool", "noise_refresh"} <= set(est.get_params())
+    for bad, match in [(dict(noise_rank=21), "noise_rank=21 exceeds the 20 pooled rows"),
+                       (dict(noise_rank=14), "noise_rank=14 exceeds the 13 weights"),
+                       (dict(noise_pool=0), "noise_pool"),
+                       (dict(noise_rank=2, noise_correction="fisher"), "noise_rank=2 sets")]:
+        with pytest.raises(ValueError, match=match):
+            BayesianMLPClassifier(**{**kw, **bad}).fit(X, y)
 
 
 class _WithoutPerRowProducts:

@@ -62,7 +62,8 @@ class _BayesianMLP(SampledModelMixin, BaseEstimator):
 
     def __init__(self, hidden_layer_sizes=(100,), activation="relu", sampler="sghmc",
                  batch_size=500, learning_rate="auto", momentum_decay=0.1,
-                 noise_correction=None, prior_shape=1.0, prior_rate=1.0, prior_precision=None,
+                 noise_correction=None, noise_rank=None, noise_pool=None, noise_refresh=None,
+                 prior_shape=1.0, prior_rate=1.0, prior_precision=None,
                  n_chains=2,
                  n_warmup=50, n_draws=100, n_networks_kept=20, n_integration_steps=20,
                  random_state=None, n_jobs=None, verbose=0, progress_bar=False):
@@ -73,6 +74,9 @@ class _BayesianMLP(SampledModelMixin, BaseEstimator):
         self.learning_rate = learning_rate
         self.momentum_decay = momentum_decay
         self.noise_correction = noise_correction
+        self.noise_rank = noise_rank
+        self.noise_pool = noise_pool
+        self.noise_refresh = noise_refresh
         self.prior_shape = prior_shape
         self.prior_rate = prior_rate
         self.prior_precision = prior_precision
@@ -121,7 +125,9 @@ class _BayesianMLP(SampledModelMixin, BaseEstimator):
                                 momentum_decay=float(self.momentum_decay),
                                 n_networks_kept=int(self.n_networks_kept),
                                 n_integration_steps=int(self.n_integration_steps),
-                                noise_correction=self.noise_correction)
+                                noise_correction=self.noise_correction,
+                                noise_rank=self.noise_rank, noise_pool=self.noise_pool,
+                                noise_refresh=self.noise_refresh)
         self.sampler_.validate(X.shape[0])
         self._param_names_ = [f"theta[{j}]" for j in range(self.network_.dim)]
         draws = self._sample(posterior)
@@ -393,10 +399,24 @@ class BayesianMLPClassifier(ClassifierMixin, _BayesianMLP):
         calibration).  An update costs about three uncorrected ones (an m x
         m Gram matrix and its Cholesky factor, two forward-mode and two
         backward passes per minibatch).  "fisher_lowrank": ``V_hat`` is
-        instead the top 32 eigenpairs of the empirical Fisher of 4
-        minibatches of fresh rows, estimated once per pass independently of
-        the steps' minibatches (``ModelSG``'s ``noise_rank``, ``noise_pool``,
-        ``noise_refresh`` set these).
+        instead the top ``noise_rank`` eigenpairs of the empirical Fisher of
+        ``noise_pool`` minibatches of fresh rows, estimated once per pass
+        (or every ``noise_refresh`` updates) independently of the steps'
+        minibatches.  It corrects only those ``k`` noisiest directions:
+        where the noise is spread over more directions than ``k`` the chain
+        stays hot (on MNIST ``T`` 5.2 and 13.2 by layer at the defaults
+        against 6.2 and 28 uncorrected, ECE 0.019-0.021 against SGD's
+        0.005; ``doc/neural_networks.rst``, low-rank correction).
+    noise_rank : None or int, default=None
+        "fisher_lowrank" only: eigenpairs kept.  None: ``min(32, pooled
+        rows, number of weights)``; a value above either is an error.
+    noise_pool : None or int, default=None
+        "fisher_lowrank" only: minibatches of ``batch_size`` rows pooled per
+        estimate (at most all the rows).  None: 4.
+    noise_refresh : None or int, default=None
+        "fisher_lowrank" only: updates between estimates.  None: one per
+        pass, made at its start; a larger value keeps an estimate across
+        passes and Gibbs steps.
     prior_shape, prior_rate : float, default=1.0
         Gamma hyper-prior (shape, rate) of each layer's precision.
     prior_precision : None or float, default=None

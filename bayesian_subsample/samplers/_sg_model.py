@@ -171,8 +171,9 @@ class ModelSG(SamplerConfig):
         hot; a pooled estimate does not, but it corrects only the ``k``
         noisiest directions.
     noise_rank, noise_pool, noise_refresh : None or int, default=None
-        "fisher_lowrank" only: ``k`` (default 32), minibatches pooled
-        (default 4) and updates between estimates (None: one per pass, made
+        "fisher_lowrank" only: ``k`` (default 32, clipped to the pooled
+        rows and to ``dim``; a rank set above either is an error),
+        minibatches pooled (default 4) and updates between estimates (None: one per pass, made
         at its start; a larger value keeps an estimate across passes and
         Gibbs steps).
     gibbs_every : None or int, default=None
@@ -238,13 +239,17 @@ class ModelSG(SamplerConfig):
                                  f"{correction!r} it would be ignored. Leave {name}=None or use "
                                  "noise_correction='fisher_lowrank'.")
             check_positive_int(value, name)
-        if correction == "fisher_lowrank":
+        if correction == "fisher_lowrank" and lowrank["noise_rank"] is not None:
+            # Only a rank the user chose can be too large: the default is
+            # clipped to the pooled rows (noise_settings).
             rank, pooled = self.noise_settings(n_obs)
             if rank > pooled:
-                raise ValueError(f"noise_rank={rank} exceeds the {pooled} pooled rows "
-                                 "(noise_pool * batch_size, at most n_obs): a pooled Fisher "
-                                 "of R rows has rank at most R. Lower noise_rank or raise "
-                                 "noise_pool.")
+                raise ValueError(
+                    f"noise_rank={rank} exceeds the {pooled} pooled rows (noise_pool * "
+                    f"batch_size = {self._pool(n_obs)} * {self.batch(n_obs)}, at most the "
+                    f"{int(n_obs)} rows of the data): a pooled Fisher of R rows has rank at "
+                    f"most R. Use noise_rank <= {pooled}, a larger noise_pool (if the data "
+                    "have more rows), or noise_rank=None for the default.")
         gibbs_every = getattr(self, "gibbs_every", None)
         if gibbs_every is not None:
             check_positive_int(gibbs_every, "gibbs_every")
@@ -263,13 +268,25 @@ class ModelSG(SamplerConfig):
                     "interpolates and its band is too low where the network bends. Use a "
                     "smaller batch_size, or sampler='hmc' on small data.")
 
-    def noise_settings(self, n_obs):
-        """``(rank, pooled rows)`` of the "fisher_lowrank" estimate."""
-        rank = getattr(self, "noise_rank", None)
+    def _pool(self, n_obs):
         pool = getattr(self, "noise_pool", None)
-        rank = DEFAULT_NOISE_RANK if rank is None else int(rank)
-        pool = DEFAULT_NOISE_POOL if pool is None else int(pool)
-        return rank, min(pool * self.batch(n_obs), int(n_obs))
+        return DEFAULT_NOISE_POOL if pool is None else int(pool)
+
+    def noise_settings(self, n_obs, dim=None):
+        """``(rank, pooled rows)`` of the "fisher_lowrank" estimate.
+
+        An unset ``noise_rank`` is ``min(DEFAULT_NOISE_RANK, pooled rows,
+        dim)`` (a pooled Fisher of ``R`` rows in ``dim`` weights has rank at
+        most ``min(R, dim)``), so the default works on data of any size; a
+        rank the user set is returned as set (:meth:`validate` refuses one
+        above the pooled rows, :meth:`prepare` one above ``dim``).
+        """
+        pooled = min(self._pool(n_obs) * self.batch(n_obs), int(n_obs))
+        rank = getattr(self, "noise_rank", None)
+        if rank is not None:
+            return int(rank), pooled
+        rank = min(DEFAULT_NOISE_RANK, pooled)
+        return (rank if dim is None else min(rank, int(dim))), pooled
 
     def eta(self, n_obs):
         if isinstance(self.learning_rate, str):
@@ -288,6 +305,12 @@ class ModelSG(SamplerConfig):
         # correction starts only after warm-up, SBPS at its first observation).
         if getattr(self, "noise_correction", None) is not None:
             posterior.model_method("loglik_grad_and_rows")
+        rank = getattr(self, "noise_rank", None)
+        if rank is not None and int(rank) > int(posterior.dim):
+            raise ValueError(f"noise_rank={int(rank)} exceeds the {int(posterior.dim)} weights "
+                             "of the model: the gradient-noise covariance has rank at most "
+                             f"dim. Use noise_rank <= {int(posterior.dim)}, or noise_rank=None "
+                             "for the default.")
         if self.method in SBPS_METHODS:
             posterior.model_method("loglik_grad_and_tangent")
         return Prepared(None, 0)
@@ -517,7 +540,7 @@ class _ModelChain(ChainDefaults):
         self.noise_correction = getattr(config, "noise_correction", None)
         self.lowrank = self.noise_correction == "fisher_lowrank"
         if self.lowrank:
-            self.noise_rank, self.noise_rows = config.noise_settings(self.n)
+            self.noise_rank, self.noise_rows = config.noise_settings(self.n, posterior.dim)
             refresh = getattr(config, "noise_refresh", None)
             self.noise_refresh = None if refresh is None else int(refresh)
             #: The current estimate and the updates made since it (kept
