@@ -367,46 +367,65 @@ class MinibatchGradientNoise:
 class LowRankGradientNoise:
     """The top-``k`` eigenpairs of a pooled gradient-noise covariance, as a linear operator.
 
-    Chen, Fox and Guestrin (2014, §3.2-3.3) correct SG-HMC with ``B_hat =
-    eps V_hat / 2``; :class:`MinibatchGradientNoise` estimates ``V`` from the
-    minibatch that also makes the noise, and that estimate fluctuates with
-    the noise it estimates (a hot chain: see ``doc/neural_networks.rst``).
-    Here ``V`` is estimated once from a *pool* of ``R`` rows drawn
-    independently of the steps that use it, evaluated at one position::
+    Chen, Fox and Guestrin (2014) model the minibatch gradient as the full
+    one plus ``N(0, V)`` (eq. 6), whose diffusion is ``B = eps V / 2``
+    (eq. 7), and correct SG-HMC with a friction ``C`` and injected noise
+    ``N(0, 2 (C - B_hat) eps)`` (eq. 13; in SGD-with-momentum form eqs.
+    14-15, ``beta_hat = eta V_hat / 2``); the samplers use ``C = C0 I +
+    B_hat``, so the injected noise stays ``2 C0 eps``.
+    :class:`MinibatchGradientNoise` estimates ``V`` from the minibatch that
+    also makes the noise, and that estimate fluctuates with the noise it
+    estimates (a hot chain: see ``doc/neural_networks.rst``).  Here ``V``
+    is estimated once from a *pool* of ``R`` rows drawn independently of
+    the steps that use it, evaluated at one position::
 
         V_hat = c J^T J,   c = (n^2 / m) (1 - m/n) / R
 
-    (``J`` the (R, dim) per-row log-likelihood gradients, never formed; the
-    uncentred second moment, the pooled empirical Fisher, with the
-    finite-population factor of a minibatch of ``m``), truncated to its
-    top ``k`` eigenpairs ``U diag(s) U^T`` (``U`` orthonormal, (dim, k),
-    kept in the passes' precision: float32 for float32 data).
-    The eigenvalues of ``J^T J`` are those of the (R, R) Gram matrix ``J
-    J^T = C diag(mu) C^T`` and its eigenvectors are ``J^T C / sqrt(mu)``:
-    one Gram matrix (:meth:`MLP.gradient_gram`), one ``eigh``, one batched
-    backward product (``rows.transpose_apply_many``), then a thin QR that
-    makes ``U`` orthonormal to working precision.
+    (``J`` the (R, dim) per-row log-likelihood gradients; the uncentred
+    second moment, the pooled empirical Fisher, with the finite-population
+    factor of a minibatch of ``m``), truncated to its top ``k`` eigenpairs
+    ``U diag(s) U^T``.  Only those ``k`` directions are corrected: where
+    the noise is spread over more directions than ``k``, the chain stays
+    about as hot as an uncorrected one along the rest.  ``U`` (dim, k) is
+    kept in the passes' precision (float32 for float32 data), so it is
+    orthonormal to that precision (about 1e-7 for float32), which is the
+    accuracy of the closed-form solves below.
+
+    Two routes to the same eigenpairs (``via``):
+
+    * "weights" (``dim <= R`` and ``rows.jacobian()``, the default then):
+      ``J`` is formed (``R x dim``, no more than the Gram matrix) and the
+      dim x dim ``J^T J`` decomposed: ``R dim^2 + dim^3`` work;
+    * "gram" (``dim > R``, networks on MNIST): the eigenvalues of ``J^T
+      J`` are those of the (R, R) Gram matrix ``J J^T = C diag(mu) C^T``
+      and its eigenvectors are ``J^T C / sqrt(mu)``: one Gram matrix
+      (:meth:`MLP.gradient_gram`), one subset ``eigh``, one batched
+      backward product (``rows.transpose_apply_many``), then a thin QR.
 
     Parameters
     ----------
     rows : object with ``gram()``, ``transpose_apply(c)`` (and optionally
-        ``transpose_apply_many(C)``), ``n_rows``
+        ``transpose_apply_many(C)``, ``jacobian()`` and ``dim``), ``n_rows``
         Linear maps of the pooled rows' gradients (:meth:`MLP.loglik_grad_and_rows`).
     n_obs : int
     subsample_size : int
         ``m``, the minibatch size of the steps whose noise this estimates.
     rank : int
-        ``k``; at most ``R`` (eigenvalues that are not positive are dropped).
+        ``k``; at most ``min(R, dim)`` (eigenvalues that are not positive
+        are dropped).
     n_pooled : None or int
         Rows pooled when ``rows`` holds only a subset of them (the others'
         gradients negligible; :meth:`ModelMinibatchGradient.pooled_noise`);
         None: ``rows.n_rows``.
+    via : {"auto", "weights", "gram"}, default="auto"
+        The matrix decomposed (above); "auto": "weights" when ``dim <= R``
+        and ``rows`` has ``jacobian()``, else "gram".
 
-    Raises ``numpy.linalg.LinAlgError`` if the Gram matrix is not finite (a
+    Raises ``numpy.linalg.LinAlgError`` if the gradients are not finite (a
     diverging chain).
     """
 
-    def __init__(self, rows, n_obs, subsample_size, rank, n_pooled=None):
+    def __init__(self, rows, n_obs, subsample_size, rank, n_pooled=None, via="auto"):
         R = int(rows.n_rows)
         m = int(subsample_size)
         self.subsample_size = m
@@ -415,11 +434,45 @@ class LowRankGradientNoise:
         self.n_pooled = R if n_pooled is None else int(n_pooled)
         self.n_rows_used = R
         factor = (n_obs * n_obs / m) * (1.0 - m / n_obs) / self.n_pooled
+        dt = getattr(rows, "dtype", np.float64)
+        jacobian = getattr(rows, "jacobian", None)
+        dim = getattr(rows, "dim", None)
+        if via not in ("auto", "gram", "weights"):
+            raise ValueError(f"via must be 'auto', 'gram' or 'weights', got {via!r}.")
+        if via == "auto":
+            via = "weights" if jacobian is not None and dim is not None and dim <= R else "gram"
+        if via == "weights" and jacobian is None:
+            raise ValueError("via='weights' needs rows.jacobian().")
+        #: The matrix decomposed: "weights" (dim x dim ``J^T J``) or "gram"
+        #: (R x R ``J J^T``).
+        self.via = via
+        from scipy.linalg import eigh
+
+        if via == "weights":
+            # dim <= R: J^T J (dim x dim) directly, R dim^2 multiply-adds and
+            # a dim^3 decomposition, in place of the R^3 of the Gram matrix;
+            # its eigenvectors are U (orthonormal to float64 precision).
+            with np.errstate(over="ignore", invalid="ignore"):
+                J = jacobian()
+                F = np.asarray(J.T @ J, dtype=np.float64)
+            if not np.all(np.isfinite(F)):
+                raise np.linalg.LinAlgError("non-finite gradient Fisher matrix")
+            d = F.shape[0]
+            k = min(int(rank), d)
+            mu, E = eigh(0.5 * (F + F.T), subset_by_index=[d - k, d - 1], check_finite=False)
+            keep = np.argsort(mu)[::-1]
+            keep = keep[mu[keep] > 1e-12 * max(float(mu.max()), 1e-300)]
+            if len(keep) == 0:
+                self.U, self.s, self._empty = None, np.zeros(0), True
+                return
+            self.s = factor * mu[keep]
+            self.U = E[:, keep].astype(dt, copy=False)
+            self._empty = False
+            return
         with np.errstate(over="ignore", invalid="ignore"):
             K = rows.gram()
         if not np.all(np.isfinite(K)):
             raise np.linalg.LinAlgError("non-finite gradient Gram matrix")
-        from scipy.linalg import eigh
 
         # Only the top k eigenpairs (LAPACK's subset driver: about k / R of
         # a full decomposition's back-transformation).
@@ -440,7 +493,7 @@ class LowRankGradientNoise:
             B = np.column_stack([rows.transpose_apply(W[:, j]) for j in range(W.shape[1])])
         # B = J^T C mu^{-1/2} is orthonormal in exact arithmetic; in float32
         # passes it is so only to ~1e-6.  V_k = B diag(mu) B^T restated in an
-        # exactly orthonormal basis: B = Q Rq, V_k = Q (Rq diag(mu) Rq^T) Q^T.
+        # orthonormal basis: B = Q Rq, V_k = Q (Rq diag(mu) Rq^T) Q^T.
         if not np.all(np.isfinite(B)):
             raise np.linalg.LinAlgError("non-finite gradient-noise eigenvectors")
         Q, Rq = np.linalg.qr(B)
@@ -449,7 +502,7 @@ class LowRankGradientNoise:
         self.s = factor * np.maximum(s[order], 0.0)
         # Stored in the passes' working precision (float32 for float32 data:
         # the updates read U twice, and its size is what they cost).
-        self.U = (Q @ E[:, order]).astype(getattr(rows, "dtype", np.float64), copy=False)
+        self.U = (Q @ E[:, order]).astype(dt, copy=False)
         self._empty = False
 
     @property

@@ -380,6 +380,25 @@ class MLP:
                 delta *= _activation_slope(self.activation, a)
         return gram
 
+    def gradient_rows(self, acts, delta, layers):
+        """``J``, the (rows, dim) matrix of per-row gradients, in the passes'
+        precision: row ``i`` of each layer's block is ``outer(A_l[i],
+        Delta_l[i])`` (weights, in :meth:`unpack`'s order) and ``Delta_l[i]``
+        (biases), one broadcast product per layer.  ``rows x dim`` memory:
+        for when ``dim`` is at most the rows (then ``J^T J``, dim x dim, is
+        the cheaper matrix to decompose than :meth:`gradient_gram`)."""
+        m = delta.shape[0]
+        out = np.empty((m, self.dim), dtype=acts[0].dtype)
+        for layer in range(self.n_layers - 1, -1, -1):
+            w, b = self.slices[layer]
+            a = acts[layer]
+            out[:, w] = (a[:, :, None] * delta[:, None, :]).reshape(m, -1)
+            out[:, b] = delta
+            if layer:
+                delta = delta @ layers[layer][0].T
+                delta *= _activation_slope(self.activation, a)
+        return out
+
     def gradient_square_norms(self, acts, delta, layers):
         """``|grad_i|^2`` of every row (float64, (rows,)): the diagonal of
         :meth:`gradient_gram`, ``sum_l |Delta_l[i]|^2 (|A_l[i]|^2 + 1)``, at
@@ -408,6 +427,8 @@ class MLP:
           of row ``i`` scaled by ``c_i``);
         * ``rows.gram()``: ``J J^T`` (:meth:`gradient_gram`);
         * ``rows.square_norms()``: its diagonal (:meth:`gradient_square_norms`);
+        * ``rows.jacobian()``: ``J`` itself (:meth:`gradient_rows`; rows x dim
+          memory, for small networks);
         * ``rows.transpose_apply_many(C)``: ``J^T C`` (:meth:`backward_many`).
 
         These are what a minibatch estimate of the gradient-noise covariance
@@ -424,6 +445,7 @@ class MLP:
 
         class _Rows:
             n_rows = int(delta.shape[0])
+            dim = int(net.dim)
             #: The passes' working precision (float32 for float32 data).
             dtype = dt
 
@@ -444,6 +466,10 @@ class MLP:
             @staticmethod
             def gram():
                 return net.gradient_gram(acts, delta, layers)
+
+            @staticmethod
+            def jacobian():
+                return net.gradient_rows(acts, delta, layers)
 
             @staticmethod
             def square_norms():
