@@ -216,3 +216,37 @@ def test_a_worker_dying_in_a_set_up_pass_raises_worker_lost(tmp_path, dies):
         else:  # control: the same run with a model whose workers live
             _, results = _engine.run_chains(config, post, 0, 2, 10, 5, n_jobs=2)
             assert all(r.draws.shape[0] == 5 for r in results)
+
+
+def _copy_on_write_data(tmp_path):
+    """A mode-"c" memmap edited in place: the file keeps the old rows."""
+    X, y = _memmap_data(tmp_path, n=6000, d=3)
+    del X
+    Xc = np.load(tmp_path / "X.npy", mmap_mode="c")
+    Xc[:, 0] *= 10.0                                     # e.g. a rescaling in place
+    Xc[:, 1] += 5.0
+    return Xc, y
+
+
+def test_copy_on_write_memmap_is_refused_on_process_workers(tmp_path, monkeypatch):
+    Xc, y = _copy_on_write_data(tmp_path)
+    assert _passes.copy_on_write(Xc) and _passes.copy_on_write(np.asarray(Xc)[10:])
+    assert not rows_file_backed(_posterior(Xc, y).model)  # its passes stay in this process
+    assert not _passes.copy_on_write(np.load(tmp_path / "X.npy", mmap_mode="r"))
+    with pytest.raises(ValueError, match=r'mmap_mode="c".*mmap_mode="r".*flush.*n_jobs=1'):
+        _fit(Xc, y, 2)
+    with parallel_config(backend="loky", n_jobs=2), pytest.raises(ValueError, match="mmap_mode"):
+        _fit(Xc, y, None)
+
+    # Control: in this process (n_jobs=1, or threads) the edits are seen, and
+    # the draws are those of the in-memory copy.
+    ref = _fit(np.array(Xc), y, 1)
+    np.testing.assert_array_equal(_fit(Xc, y, 1).coef_draws_, ref.coef_draws_)
+    with parallel_config(backend="threading"):
+        np.testing.assert_array_equal(_fit(Xc, y, 2).coef_draws_, ref.coef_draws_)
+
+    # Negative control: without the refusal the workers read the file as on
+    # disk, and the draws are those of other data.
+    monkeypatch.setattr(_engine, "check_copy_on_write", lambda *args: None)
+    wrong = _fit(Xc, y, 2)
+    assert np.abs(wrong.coef_draws_ - ref.coef_draws_).max() > 0.1

@@ -40,7 +40,7 @@ from sklearn.utils import check_random_state
 from sklearn.utils.parallel import Parallel, delayed
 
 from ._passes import SingleThreadedBLAS as _SingleThreadedBLAS
-from ._passes import set_up_passes
+from ._passes import check_copy_on_write, set_up_passes
 
 __all__ = ["run_chains", "seed_sequences", "WorkerLostError"]
 
@@ -451,6 +451,8 @@ def _set_up_worker_deaths():
 def _run_chains(config, posterior, random_state, n_chains, n_warmup, n_draws, n_jobs,
                 verbose, progress_bar, keep_partial, resume, prepared, report):
     """:func:`run_chains` with BLAS already on one thread."""
+    # A copy-on-write memmap X read by worker processes: refused before any pass.
+    check_copy_on_write(getattr(posterior, "model", None), n_jobs)
     if resume is None:
         seeds = seed_sequences(random_state, n_chains + 1)
         start = time.perf_counter()

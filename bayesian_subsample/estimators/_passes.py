@@ -22,6 +22,10 @@ chunks:
   default process backend (loky; ``prefer="processes"``, a hint that a
   chosen backend overrides).  A worker receives the memmap by reference
   (file name and offset) and reads its rows from the page cache itself.
+  Not a copy-on-write memmap (``mmap_mode="c"``, :func:`copy_on_write`):
+  a worker would map the file afresh and miss this process's edits, so
+  its passes stay here, and the engine refuses it outright when the chains
+  would run in worker processes (:func:`check_copy_on_write`).
 * **In-memory rows**, no backend chosen: in this thread, one chunk after
   the other (the models' serial map).
 
@@ -89,8 +93,9 @@ import numpy as np
 from joblib import Parallel, delayed, effective_n_jobs
 from threadpoolctl import threadpool_limits
 
-__all__ = ["GROUPS_PER_WORKER", "JoblibChunkMap", "SingleThreadedBLAS", "configured_backend",
-           "rows_file_backed", "set_up_passes"]
+__all__ = ["GROUPS_PER_WORKER", "JoblibChunkMap", "SingleThreadedBLAS", "check_copy_on_write",
+           "configured_backend", "copy_on_write", "rows_file_backed", "runs_on_processes",
+           "set_up_passes"]
 
 
 class SingleThreadedBLAS:
@@ -173,16 +178,80 @@ def configured_backend():
     return as_threads if type(as_threads) is type(as_processes) else None
 
 
+def _backing_memmap(a):
+    """The :class:`numpy.memmap` at the bottom of ``a``'s chain of ``.base``
+    arrays (``a`` itself, a view, or an ndarray over one), or None."""
+    found = None
+    while a is not None:
+        if isinstance(a, np.memmap):
+            found = a
+        a = getattr(a, "base", None)
+    return found
+
+
+def copy_on_write(a):
+    """Whether ``a`` is a copy-on-write :class:`numpy.memmap` (``mode="c"``,
+    ``np.load(path, mmap_mode="c")``) or a view of one.
+
+    Its edits live in this process's private pages; joblib's process backends
+    send a memmap to a worker by file name and mode, so a worker maps the
+    file afresh and reads the rows *as on disk*, without the edits.
+    """
+    m = _backing_memmap(a)
+    return m is not None and getattr(m, "mode", None) == "c"
+
+
 def rows_file_backed(model):
     """Whether ``model``'s design rows are a file mapped into memory (an
     :class:`numpy.memmap` or a view of one), which joblib's process backends
-    send to a worker by reference (the file name and offset), not by value."""
+    send to a worker by reference (the file name and offset), not by value.
+
+    False for a copy-on-write memmap (:func:`copy_on_write`): a worker would
+    read the file, not this process's edited pages, so its passes stay here.
+    """
     a = getattr(model, "X", None)
+    if copy_on_write(a):
+        return False
     while a is not None:
         if isinstance(a, (np.memmap, mmap.mmap)):
             return True
         a = getattr(a, "base", None)
     return False
+
+
+def runs_on_processes(n_jobs):
+    """Whether ``Parallel(n_jobs=n_jobs)`` here (no ``prefer`` hint: the chain
+    dispatch) would run its tasks in other processes: more than one worker on
+    a backend that does not use threads (the default loky, multiprocessing,
+    dask, ...)."""
+    from joblib._parallel_backends import SequentialBackend
+    from joblib.parallel import get_active_backend  # private: joblib has no public getter
+
+    if effective_n_jobs(n_jobs) <= 1:
+        return False
+    backend, _ = get_active_backend()
+    return not (getattr(backend, "uses_threads", False)
+                or isinstance(backend, SequentialBackend))
+
+
+def check_copy_on_write(model, n_jobs):
+    """Refuse, before any pass or chain, a copy-on-write memmap among
+    ``model``'s arrays when the chains (or passes) would run in other
+    processes (:func:`runs_on_processes`): they would read the file as on
+    disk, not this process's edits, and the posterior would be silently
+    that of other data."""
+    if model is None or not runs_on_processes(n_jobs):
+        return
+    for name, value in getattr(model, "__dict__", {}).items():
+        if isinstance(value, np.ndarray) and copy_on_write(value):
+            raise ValueError(
+                f"The data ({name}) is a copy-on-write numpy.memmap (mmap_mode=\"c\"), and "
+                f"n_jobs={n_jobs!r} runs the chains in worker processes, which would read "
+                "the file as it is on disk, not the changes made to the array in this "
+                "process. Open the file with mmap_mode=\"r\" if it was not changed; or "
+                "write the changes to the file (mmap_mode=\"r+\", then flush()); or load "
+                "it into memory (np.array(X)); or pass n_jobs=1, or choose a threading "
+                "backend (joblib.parallel_config(backend=\"threading\")).")
 
 
 #: Tasks per worker in a parallel pass: each task is a contiguous group of
