@@ -14,7 +14,12 @@ process backend, and a pass over in-memory rows runs in the calling thread
 * a backend chosen with ``joblib.parallel_config`` still wins, and
   in-memory rows stay in this thread;
 * a fit on a memmap with two workers gives the draws of a serial set-up,
-  and its folded validation scan still refuses NaN before sampling.
+  and its folded validation scan still refuses NaN before sampling;
+* process passes are gated on size (``PROCESS_PASS_MIN_BYTES``): a smaller
+  memmap's passes run in this thread; the tests of the process map lower
+  the gate to their small files (``small_gate``);
+* a copy-on-write memmap is refused when the chains would run in worker
+  processes.
 """
 
 import os
@@ -32,6 +37,12 @@ from bayesian_subsample.likelihood import TallPosterior
 from bayesian_subsample.models import GLM, GaussianPrior, LogisticFamily, serial_map
 
 pytestmark = pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
+
+
+@pytest.fixture
+def small_gate(monkeypatch):
+    """Process passes for any memmap, however small (the gate at 0 bytes)."""
+    monkeypatch.setattr(_passes, "PROCESS_PASS_MIN_BYTES", 0)
 
 
 def _memmap_data(tmp_path, n=6000, d=4, dtype=np.float32, seed=3):
@@ -73,7 +84,8 @@ class _PickleProbe:
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_process_pass_over_a_memmap_is_bit_identical_to_the_serial_map(tmp_path, dtype):
+def test_process_pass_over_a_memmap_is_bit_identical_to_the_serial_map(tmp_path, dtype,
+                                                                       small_gate):
     X, y = _memmap_data(tmp_path, dtype=dtype)
     post = _posterior(X, y)
     n_chunks = len(list(post.model.chunks()))
@@ -122,7 +134,7 @@ def test_model_is_pickled_once_per_task_not_per_chunk(tmp_path):
     assert len(log) == n_chunks
 
 
-def test_configured_backend_wins_and_in_memory_rows_stay_in_this_thread(tmp_path):
+def test_configured_backend_wins_and_in_memory_rows_stay_in_this_thread(tmp_path, small_gate):
     X, y = _memmap_data(tmp_path)
     post = _posterior(X, y)
     items = range(len(list(post.model.chunks())))
@@ -145,6 +157,26 @@ def test_configured_backend_wins_and_in_memory_rows_stay_in_this_thread(tmp_path
     assert chunk_map.n_tasks == 0
 
 
+def test_process_passes_are_gated_on_the_size_of_the_memmap(tmp_path, monkeypatch):
+    X, y = _memmap_data(tmp_path)
+    post = _posterior(X, y)
+    assert rows_file_backed(post.model)
+    # Below the gate (the default 1 GiB): serial in this thread, with two workers.
+    assert X.nbytes < _passes.PROCESS_PASS_MIN_BYTES
+    with set_up_passes(post, 2) as chunk_map:
+        pids = chunk_map(_pid, range(12))
+    assert not chunk_map.processes and chunk_map.n_tasks == 0 and set(pids) == {os.getpid()}
+    # At the gate: on process workers.
+    monkeypatch.setattr(_passes, "PROCESS_PASS_MIN_BYTES", X.nbytes)
+    with set_up_passes(post, 2) as chunk_map:
+        pids = chunk_map(_pid, range(12))
+    assert chunk_map.processes and chunk_map.n_tasks > 0 and os.getpid() not in pids
+    # ... but never with one worker.
+    with set_up_passes(post, 1) as chunk_map:
+        pids = chunk_map(_pid, range(12))
+    assert chunk_map.n_tasks == 0 and set(pids) == {os.getpid()}
+
+
 def _fit(X, y, n_jobs):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -152,7 +184,8 @@ def _fit(X, y, n_jobs):
                                           n_draws=5, n_jobs=n_jobs, random_state=0).fit(X, y)
 
 
-def test_memmap_fit_with_process_passes_gives_the_serial_draws(tmp_path, monkeypatch):
+def test_memmap_fit_with_process_passes_gives_the_serial_draws(tmp_path, monkeypatch,
+                                                                small_gate):
     X, y = _memmap_data(tmp_path, n=40_000, d=3)
     maps = []
     real = JoblibChunkMap.__call__
@@ -171,7 +204,7 @@ def test_memmap_fit_with_process_passes_gives_the_serial_draws(tmp_path, monkeyp
     np.testing.assert_array_equal(est.intercept_draws_, ref.intercept_draws_)
 
 
-def test_nan_in_a_memmap_is_refused_by_the_process_pass(tmp_path, monkeypatch):
+def test_nan_in_a_memmap_is_refused_by_the_process_pass(tmp_path, monkeypatch, small_gate):
     def refuse(*args, **kwargs):
         raise AssertionError("a chain started before the error")
 
@@ -198,7 +231,7 @@ class _DiesInWorkers(GLM):
 
 
 @pytest.mark.parametrize("dies", [True, False])
-def test_a_worker_dying_in_a_set_up_pass_raises_worker_lost(tmp_path, dies):
+def test_a_worker_dying_in_a_set_up_pass_raises_worker_lost(tmp_path, dies, small_gate):
     from bayesian_subsample.estimators import WorkerLostError
     from bayesian_subsample.samplers import HMCECS
 

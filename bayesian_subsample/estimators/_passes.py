@@ -18,16 +18,17 @@ chunks:
 
   spreads the passes over a Dask cluster as it spreads the chains.
 * **Rows in a file mapped into memory** (an :class:`numpy.memmap` ``X``,
-  :func:`rows_file_backed`), no backend chosen, ``n_jobs`` > 1: on joblib's
-  default process backend (loky; ``prefer="processes"``, a hint that a
+  :func:`rows_file_backed`) of at least :data:`PROCESS_PASS_MIN_BYTES`
+  (1 GiB; :func:`process_passes`), no backend chosen, more than one worker
+  for ``n_jobs``: on joblib's default process backend (loky; ``prefer="processes"``, a hint that a
   chosen backend overrides).  A worker receives the memmap by reference
   (file name and offset) and reads its rows from the page cache itself.
   Not a copy-on-write memmap (``mmap_mode="c"``, :func:`copy_on_write`):
   a worker would map the file afresh and miss this process's edits, so
   its passes stay here, and the engine refuses it outright when the chains
   would run in worker processes (:func:`check_copy_on_write`).
-* **In-memory rows**, no backend chosen: in this thread, one chunk after
-  the other (the models' serial map).
+* **In-memory rows, or a smaller memmap**, no backend chosen: in this
+  thread, one chunk after the other (the models' serial map).
 
 Why (``benchmarks/bench_pass_backends.py``, doc/benchmarks.rst).  A chunk
 of 16384 rows is a few dozen small numpy calls, and the GIL is held
@@ -93,9 +94,9 @@ import numpy as np
 from joblib import Parallel, delayed, effective_n_jobs
 from threadpoolctl import threadpool_limits
 
-__all__ = ["GROUPS_PER_WORKER", "JoblibChunkMap", "SingleThreadedBLAS", "check_copy_on_write",
-           "configured_backend", "copy_on_write", "rows_file_backed", "runs_on_processes",
-           "set_up_passes"]
+__all__ = ["GROUPS_PER_WORKER", "JoblibChunkMap", "PROCESS_PASS_MIN_BYTES", "SingleThreadedBLAS",
+           "check_copy_on_write", "configured_backend", "copy_on_write", "process_passes",
+           "rows_file_backed", "runs_on_processes", "set_up_passes"]
 
 
 class SingleThreadedBLAS:
@@ -254,6 +255,30 @@ def check_copy_on_write(model, n_jobs):
                 "backend (joblib.parallel_config(backend=\"threading\")).")
 
 
+#: Bytes of a memmapped ``X`` from which its set-up passes run on process
+#: workers (with more than one worker and no backend chosen); a smaller
+#: memmap's passes run serially in this thread, like in-memory rows.  1 GiB:
+#: no measurement so far shows process passes faster than serial ones (on
+#: the loaded 2-core machine an order-2 pass took 1.12 and 1.28 times the
+#: serial wall time at 10^7 and 10^8 rows,
+#: ``benchmarks/results/pass_backends_memmap_n1e{7,8}_session24.jsonl``), and a
+#: first fit in a process pays the workers' start-up inside its
+#: set-up, which on small data is most of the fit.  The gate leaves process
+#: passes to data where a pass takes seconds, for a quiet-machine A/B to
+#: settle; setting it to 0 makes every memmap with ``n_jobs`` > 1 use them,
+#: ``float("inf")`` turns them off.
+PROCESS_PASS_MIN_BYTES = 1 << 30
+
+def process_passes(model):
+    """Whether ``model``'s set-up passes go to process workers when no backend
+    is chosen: its rows are a memmap (:func:`rows_file_backed`) of at least
+    :data:`PROCESS_PASS_MIN_BYTES` bytes.  (The map also needs more than one
+    worker, checked when it runs.)"""
+    if not rows_file_backed(model):
+        return False
+    return int(getattr(model.X, "nbytes", 0)) >= PROCESS_PASS_MIN_BYTES
+
+
 #: Tasks per worker in a parallel pass: each task is a contiguous group of
 #: chunks, so the model travels to a worker this many times per pass, and a
 #: worker slowed by a busy neighbour core leaves its last groups to the other.
@@ -266,8 +291,9 @@ class JoblibChunkMap:
     Where the chunks run (module docstring):
 
     * on the backend chosen with ``joblib.parallel_config``, if any;
-    * else, when ``processes`` (the rows are a file mapped into memory, see
-      :func:`rows_file_backed`), on joblib's default process backend
+    * else, when ``processes`` (the rows are a memmap of at least
+      :data:`PROCESS_PASS_MIN_BYTES`, see :func:`process_passes`), on
+      joblib's default process backend
       (``prefer="processes"``, a hint only);
     * else, and whenever the map has one worker or one item, in this process
       and this thread.
@@ -344,8 +370,9 @@ class JoblibChunkMap:
 def set_up_passes(posterior, n_jobs=None):
     """Run the full passes of ``posterior``'s model through a :class:`JoblibChunkMap`
     inside this block: on a backend chosen with ``joblib.parallel_config``,
-    else on process workers when the model's rows are a memmap
-    (:func:`rows_file_backed`), else in this thread (module docstring).
+    else on process workers when the model's rows are a memmap of at least
+    :data:`PROCESS_PASS_MIN_BYTES` (:func:`process_passes`), else in this
+    thread (module docstring).
 
     BLAS runs single-threaded inside the block, the policy of the chains
     (module docstring).  A posterior whose model has no ``chunk_map`` (a
@@ -361,7 +388,7 @@ def set_up_passes(posterior, n_jobs=None):
             yield None
             return
         previous = model.chunk_map
-        model.chunk_map = JoblibChunkMap(n_jobs, processes=rows_file_backed(model))
+        model.chunk_map = JoblibChunkMap(n_jobs, processes=process_passes(model))
         try:
             yield model.chunk_map
         finally:
