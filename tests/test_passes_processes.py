@@ -283,3 +283,29 @@ def test_copy_on_write_memmap_is_refused_on_process_workers(tmp_path, monkeypatc
     monkeypatch.setattr(_engine, "check_copy_on_write", lambda *args: None)
     wrong = _fit(Xc, y, 2)
     assert np.abs(wrong.coef_draws_ - ref.coef_draws_).max() > 0.1
+
+
+def test_nested_backend_is_not_a_chosen_one(tmp_path, small_gate):
+    X, y = _memmap_data(tmp_path)
+    post = _posterior(X, y)
+    items = range(len(list(post.model.chunks())))
+
+    def inside_a_worker(_):
+        chosen = _passes.configured_backend()
+        with set_up_passes(post, 2) as chunk_map:
+            pids = chunk_map(_pid, items)
+        return chosen, _passes.nested_in_worker(), chunk_map.n_tasks, set(pids)
+
+    # Inside an outer Parallel's worker (what GridSearchCV(n_jobs=2) does):
+    # joblib's nested backend is no choice, and the passes stay in the worker.
+    for chosen, nested, n_tasks, pids in Parallel(n_jobs=2, backend="threading")(
+            delayed(inside_a_worker)(i) for i in range(2)):
+        assert chosen is None and nested and n_tasks == 0 and pids == {os.getpid()}
+
+    # Control: the same backend chosen at top level is a choice, and is used.
+    with parallel_config(backend="threading", n_jobs=2):
+        assert type(_passes.configured_backend()).__name__ == "ThreadingBackend"
+        assert not _passes.nested_in_worker()
+        with set_up_passes(post, None) as chunk_map:
+            chunk_map(_pid, items)
+    assert chunk_map.n_tasks == 2 * GROUPS_PER_WORKER

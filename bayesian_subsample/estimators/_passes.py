@@ -16,7 +16,10 @@ chunks:
       with joblib.parallel_config(backend="dask"):
           estimator.fit(X, y)
 
-  spreads the passes over a Dask cluster as it spreads the chains.
+  spreads the passes over a Dask cluster as it spreads the chains.  (Not
+  the backend joblib installs inside a worker of an outer ``Parallel``,
+  e.g. ``GridSearchCV(n_jobs=2)``: that one has ``nesting_level`` > 0, is
+  no user's choice, and the passes then stay in the worker's thread.)
 * **Rows in a file mapped into memory** (an :class:`numpy.memmap` ``X``,
   :func:`rows_file_backed`) of at least :data:`PROCESS_PASS_MIN_BYTES`
   (1 GiB; :func:`process_passes`), no backend chosen, more than one worker
@@ -95,7 +98,8 @@ from joblib import Parallel, delayed, effective_n_jobs
 from threadpoolctl import threadpool_limits
 
 __all__ = ["GROUPS_PER_WORKER", "JoblibChunkMap", "PROCESS_PASS_MIN_BYTES", "SingleThreadedBLAS",
-           "check_copy_on_write", "configured_backend", "copy_on_write", "process_passes",
+           "check_copy_on_write", "configured_backend", "copy_on_write", "nested_in_worker",
+           "process_passes",
            "rows_file_backed", "runs_on_processes", "set_up_passes"]
 
 
@@ -170,13 +174,33 @@ def configured_backend():
 
     A chosen backend ignores the ``prefer`` hint, the default one does not
     (joblib's documented rule), so the backend is a chosen one exactly when
-    the two hints give the same kind of backend.
+    the two hints give the same kind of backend.  A backend with
+    ``nesting_level`` > 0 is not a user's choice: joblib installs it inside
+    a worker of an outer ``Parallel`` (``GridSearchCV(n_jobs=...)``,
+    ``cross_val_score``), where the outer call already uses the cores, so
+    this returns None there too (:func:`nested_in_worker`).
     """
+    # joblib.parallel.get_active_backend is private: joblib has no public
+    # way to read the active configuration.
     from joblib.parallel import get_active_backend
 
     as_threads, _ = get_active_backend(prefer="threads")
     as_processes, _ = get_active_backend(prefer="processes")
-    return as_threads if type(as_threads) is type(as_processes) else None
+    if type(as_threads) is not type(as_processes):
+        return None
+    if (getattr(as_threads, "nesting_level", None) or 0) > 0:
+        return None
+    return as_threads
+
+
+def nested_in_worker():
+    """Whether this call runs inside a worker of an outer joblib ``Parallel``
+    (the active backend's ``nesting_level`` > 0): its passes then stay in
+    this thread, the outer call already spreading the work over the cores."""
+    from joblib.parallel import get_active_backend  # private, see configured_backend
+
+    backend, _ = get_active_backend(prefer="processes")
+    return (getattr(backend, "nesting_level", None) or 0) > 0
 
 
 def _backing_memmap(a):
@@ -347,8 +371,9 @@ class JoblibChunkMap:
         if len(items) <= 1:
             return [fn(item) for item in items]
         chosen = configured_backend()
-        if chosen is None and not self.processes:
-            # In-memory rows: in this thread (measured, module docstring).
+        if chosen is None and (not self.processes or nested_in_worker()):
+            # In-memory rows or a smaller memmap: in this thread (measured,
+            # module docstring); likewise inside an outer Parallel's worker.
             return [fn(item) for item in items]
         # ``prefer`` is only a hint: a backend chosen with parallel_config wins.
         # One group per batch: each task is already a group of chunks, and
