@@ -209,6 +209,14 @@ def test_nan_in_a_memmap_is_refused_by_the_process_pass(tmp_path, monkeypatch, s
         raise AssertionError("a chain started before the error")
 
     monkeypatch.setattr(_engine, "_dispatch", refuse)
+    maps = []
+    real = JoblibChunkMap.__call__
+
+    def spy(self, fn, items):
+        maps.append(self)
+        return real(self, fn, items)
+
+    monkeypatch.setattr(_passes.JoblibChunkMap, "__call__", spy)
     X, y = _memmap_data(tmp_path, n=120_000, d=3)
     X = np.load(tmp_path / "X.npy", mmap_mode="r+")
     X[70_123, 1] = np.nan
@@ -217,6 +225,8 @@ def test_nan_in_a_memmap_is_refused_by_the_process_pass(tmp_path, monkeypatch, s
     with pytest.raises(ValueError, match="Input X contains NaN"):
         BayesianLogisticRegression(sampler="sgld", n_chains=2, n_jobs=2, n_warmup=10,
                                    n_draws=10).fit(X, y)
+    # the scan that found it ran on the workers, in the first set-up pass
+    assert len(maps) == 1 and maps[0].processes and maps[0].n_tasks > 0
 
 
 class _DiesInWorkers(GLM):

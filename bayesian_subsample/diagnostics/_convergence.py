@@ -617,8 +617,9 @@ def convergence_diagnostics(draws):
 
     The same numbers as :func:`split_rhat`, :func:`ess_bulk`,
     :func:`ess_tail` and :func:`ess_mean` called one after the other
-    (bit-identical where tested; the test suite holds them equal to
-    1e-12), in less time: the chain split, the rank normalisation and the
+    (bit-identical in all but one of the cases the test suite checks,
+    and there 1 ulp apart; computed in blocks of parameters, within 2 ulp
+    of the whole), in less time: the chain split, the rank normalisation and the
     sorts they share are done once (one unstable sort per parameter gives
     the average ranks, the median and the tail quantiles), and three of
     the four ESS in one batch of FFTs.  This is what an estimator's convergence check after ``fit``
