@@ -34,7 +34,9 @@ setup(
         "numpy>=1.23",
         "scipy>=1.9",
         "scikit-learn>=1.6",
-        "joblib>=1.2",
+        # joblib.parallel_config (1.3) is how users choose the backend of the
+        # chains and set-up passes (docs, tests/test_passes.py).
+        "joblib>=1.3",
         "threadpoolctl>=3.1",
     ],
     extras_require={
@@ -75,6 +77,9 @@ setup(
             "arviz>=0.20,<1; python_version<'3.12'",
             "arviz>=1.0; python_version>='3.12'",
         ],
+        # The scripts in benchmarks/ (CPU seconds and resident memory of the
+        # worker processes: bench_pass_backends.py, bench_scale.py).
+        "benchmark": ["psutil"],
         "plot": ["matplotlib>=3.5"],
         "progress": ["tqdm"],
         "arviz": [

@@ -23,7 +23,8 @@ interleaved over ``--repeats`` rounds, plus one plain sequential read of
 ``X`` (``bench_scale.sequential_read``) and the cost of the process map's
 dispatch alone (``overhead``: a pass whose chunks do no work).  Wall
 seconds are medians; ``cpu_s`` is the CPU seconds of this process and its
-worker processes together (``psutil``), the cost a busy neighbour pays.
+worker processes together (``psutil``: ``pip install -e ".[benchmark]"``),
+the cost a busy neighbour pays.
 Prints one JSON line per map and pass order.
 
     python benchmarks/bench_pass_backends.py --n 10000000 --memmap   # bench_scale's file
