@@ -139,6 +139,22 @@ def lowrank_options(args, correction):
             "noise_refresh": args.noise_refresh}
 
 
+def add_noise_arguments(ap):
+    """``--noise-correction`` and the "fisher_lowrank" options (read by
+    :func:`lowrank_options`), shared with bench_mlp_stepsize.py."""
+    ap.add_argument("--noise-rank", type=int, default=None,
+                    help="fisher_lowrank: eigenpairs kept (ModelSG noise_rank)")
+    ap.add_argument("--noise-pool", type=int, default=None,
+                    help="fisher_lowrank: minibatches pooled per estimate (noise_pool)")
+    ap.add_argument("--noise-refresh", type=int, default=None,
+                    help="fisher_lowrank: updates between estimates (default: one per pass; "
+                         "may exceed a pass)")
+    ap.add_argument("--noise-correction", default=None,
+                    choices=["fisher", "covariance", "fisher_lowrank"],
+                    help="SG-HMC's gradient-noise correction (ModelSG noise_correction); "
+                         "other methods are unaffected")
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", default=MNIST)
@@ -158,15 +174,7 @@ def main(argv=None):
     ap.add_argument("--max-minutes", type=float, default=np.inf)
     ap.add_argument("--networks-kept", type=int, default=20,
                     help="networks of the thinned predictive (the estimator's default)")
-    ap.add_argument("--noise-rank", type=int, default=None,
-                    help="fisher_lowrank: eigenpairs kept (ModelSG noise_rank)")
-    ap.add_argument("--noise-pool", type=int, default=None,
-                    help="fisher_lowrank: minibatches pooled per estimate (noise_pool)")
-    ap.add_argument("--noise-refresh", type=int, default=None,
-                    help="fisher_lowrank: updates between estimates (default: one per pass; may exceed a pass)")
-    ap.add_argument("--noise-correction", default=None, choices=["fisher", "covariance", "fisher_lowrank"],
-                    help="SG-HMC's gradient-noise correction (ModelSG noise_correction); "
-                         "other methods are unaffected")
+    add_noise_arguments(ap)
     ap.add_argument("--temperature-states", type=int, default=0,
                     help="per-layer configurational temperature of this many states of the "
                          "second half (samplers; 0: none)")

@@ -55,8 +55,8 @@ from bayesian_subsample.models._mlp import MLP, MLPModel
 from bayesian_subsample.samplers._sg_model import ModelSG, _kept_iterations, run_model_chain
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_mlp_mnist import (MNIST, calibration, load_split, lowrank_options,  # noqa: E402
-                             softmax_probs)
+from bench_mlp_mnist import (MNIST, add_noise_arguments, calibration, load_split,  # noqa: E402
+                             lowrank_options, softmax_probs)
 
 
 def sgld_inflation(h):
@@ -238,14 +238,7 @@ def main(argv=None):
     ap.add_argument("--prior-precision", type=float, default=None,
                     help="a fixed prior precision for every layer (default: Gamma(1, 1) "
                          "hyper-prior and Gibbs steps)")
-    ap.add_argument("--noise-rank", type=int, default=None,
-                    help="fisher_lowrank: eigenpairs kept (ModelSG noise_rank)")
-    ap.add_argument("--noise-pool", type=int, default=None,
-                    help="fisher_lowrank: minibatches pooled per estimate (noise_pool)")
-    ap.add_argument("--noise-refresh", type=int, default=None,
-                    help="fisher_lowrank: updates between estimates (default: one per pass; may exceed a pass)")
-    ap.add_argument("--noise-correction", default=None, choices=["fisher", "covariance", "fisher_lowrank"],
-                    help="SG-HMC gradient-noise correction (ModelSG noise_correction)")
+    add_noise_arguments(ap)
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
