@@ -17,7 +17,8 @@ under
   when it is not a memmap, the labels -- dumped by loky to a file once per
   ``Parallel`` call and memory-mapped by the workers);
 * ``default``: the map a fit installs (``set_up_passes``), i.e. processes
-  for a memmapped ``X``, the calling thread for an in-memory one,
+  for a memmapped ``X`` of at least ``PROCESS_PASS_MIN_BYTES``, the calling
+  thread for a smaller or an in-memory one,
 
 interleaved over ``--repeats`` rounds, plus one plain sequential read of
 ``X`` (``bench_scale.sequential_read``) and the cost of the process map's

@@ -33,37 +33,39 @@ chunks:
 * **In-memory rows, or a smaller memmap**, no backend chosen: in this
   thread, one chunk after the other (the models' serial map).
 
-Why (``benchmarks/bench_pass_backends.py``, doc/benchmarks.rst).  A chunk
-of 16384 rows is a few dozen small numpy calls, and the GIL is held
-between them, so two threads gave no speed-up: the order-2 pass over
-4 x 10^6 float32 rows took 0.32 s serially and 0.32 s on two threads, with
-0.50 CPU-s instead of 0.32 (a memmapped 10^7 x 29: 0.90 s serially, 1.09 s
-and 1.62 CPU-s on two threads).  The extra CPU is what a neighbour process
-holding a core pays for.  Processes do not share a GIL: over a memmap the
-workers' CPU seconds were 1.1-1.15 times the serial pass's (10^8 x 29
-float32, order 2, counted inside the workers on the loaded shared machine:
-9.5-10.3 CPU-s against 8.3-9.2 serially; the workers map the file afresh
-at each pass and fault its pages in), so on two free cores the pass should
-take a little over half its serial time.  (The first pass on fresh workers
-also pays their start and imports, 1-5 s on the loaded machine, which the
-fit's chains, on the same workers, would otherwise pay.)  In-memory rows
-are not sent by reference: loky dumps any array over 1 MB to a file
-once per ``Parallel`` call, i.e. per pass, and that costs more than the
-pass (10^7 x 29 float32 in memory: 1.1 s of dispatch alone for a 0.77 s
-serial order-2 pass; processes 2.6-4 times the serial wall time at 10^6
-and 10^7), and threads only add CPU (1.0-1.25 times the serial CPU
-seconds, no shorter wall time), so in-memory rows stay in this thread.
+Why (``benchmarks/bench_pass_backends.py``; doc/benchmarks.rst; the
+numbers below are from ``benchmarks/results/pass_backends_*_session24.jsonl``,
+order-2 passes of 29 float32 columns on the loaded shared 2-core machine,
+wall seconds with CPU seconds in brackets).  A chunk of 16384 rows is a few
+dozen small numpy calls, and the GIL is held between them, so two threads
+gave no speed-up and cost CPU: 0.91 s (0.90) against 0.77 s (0.72)
+serially for 10^7 rows in memory, 1.27 s (0.91) against 1.25 s (0.83) for
+a memmapped 10^7 (1.0-1.25 times the serial CPU seconds over all the
+runs).  The extra CPU is what a neighbour process holding a core pays for.
+Processes do not share a GIL, but the recorded runs do not show them
+faster either: over a memmap, 1.40 s (1.01) against 1.25 s (0.83) at 10^7
+and 15.5 s (11.8) against 12.1 s (8.8) at 10^8 (the CPU seconds there are
+this process's and its workers', counted from outside with ``psutil``).
+Whether they win on two free cores is for a quiet-machine A/B, hence the
+size gate :data:`PROCESS_PASS_MIN_BYTES`.  The first process pass also
+pays for the workers' imports (4.4 s against 0.45-0.84 s for the next
+order-1 passes in the 10^7 memmap run), which the fit's chains, on the
+same workers, would otherwise pay.  In-memory rows are not sent by
+reference: loky dumps any array over 1 MB to a file once per ``Parallel``
+call, i.e. per pass, and that costs more than the pass (10^7 rows in
+memory: 1.08 s of dispatch alone for a 0.77 s serial order-2 pass;
+processes 2.6-3.9 times the serial wall time of an order-2 pass at 10^6
+and 10^7), so in-memory rows stay in this thread.
 
 A parallel pass is ``GROUPS_PER_WORKER`` tasks per worker, each a
 contiguous group of chunks returning the list of its per-chunk results
 (:func:`_run_group`).  The task carries the model, so the model is pickled
 once per group, not once per chunk: its ``X`` (by reference), its labels
 and weights (arrays over 1 MB, such as the int8 labels of 10^8 rows
-(100 MB), dumped by loky once per pass and memory-mapped by every worker:
-0.2 s at 10^8, 0.6 s for float64 weights, plus joblib's wait of 0.1 s at
-the end of the call for its resource tracker to remove the file; all of
-the dispatch together measured 0.07 s at 10^7 rows and 0.32 s at 10^8),
-family and settings; a
+(100 MB), dumped by loky once per pass and memory-mapped by every worker,
+then removed by joblib's resource tracker at the end of the call; all of
+the dispatch together, a pass whose chunks do nothing, measured 0.07 s at
+10^7 memmapped rows and 0.32 s at 10^8), family and settings; a
 :class:`~bayesian_subsample.models.BasisGLM` drops its cache of expanded
 chunks when pickled.  The partial results come back in chunk order and are
 added up in that order from zero, so the results -- and the draws -- are
