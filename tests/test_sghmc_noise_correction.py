@@ -423,12 +423,14 @@ def test_lowrank_estimate_schedule(refresh, per_pass):
     assert np.asarray(res.stats["n_obs_evaluated"]).ravel()[-6:].tolist() == per_pass
 
 
-def test_lowrank_operator_keeps_float32_data_in_float32():
-    net, model, theta, idx, rng = _tiny("softmax", n=40, m=20)
+@pytest.mark.parametrize("pooled, via", [(20, "gram"), (60, "weights")])
+def test_lowrank_operator_keeps_float32_data_in_float32(pooled, via):
+    net, model, theta, idx, rng = _tiny("softmax", n=80, m=pooled)
     model32 = MLPModel(net, model.X.astype(np.float32), model.y)
     _, _, rows = model.loglik_grad_and_rows(theta, idx)
     _, _, rows32 = model32.loglik_grad_and_rows(theta, idx)
-    op, op32 = LowRankGradientNoise(rows, 40, 8, 5), LowRankGradientNoise(rows32, 40, 8, 5)
+    op, op32 = LowRankGradientNoise(rows, 80, 8, 5), LowRankGradientNoise(rows32, 80, 8, 5)
+    assert op.via == op32.via == via
     assert op.U.dtype == np.float64 and op32.U.dtype == np.float32
     r, w = rng.normal(size=(2, net.dim))
     a, k = 0.02, 0.3 / op.max_eigenvalue()
