@@ -505,9 +505,11 @@ def test_convergence_diagnostics_equals_the_single_functions(shape):
                        ("ess_tail", ess_tail), ("ess_mean", ess_mean)]:
         alone = func(x)
         assert np.shape(together[name]) == np.shape(alone)
-        if (shape, name) == ((3, 50), "ess_mean"):
-            # the one case found that is not bit for bit: 1 ulp apart
-            np.testing.assert_array_max_ulp(together[name], alone, maxulp=1)
+        if name in ("ess_tail", "ess_mean"):
+            # FFTs batched over other columns round differently (pocketfft
+            # vectorises across columns): up to 13 ulp seen on 200 random
+            # shapes, so a few ulp, not bit for bit, on any platform.
+            np.testing.assert_array_max_ulp(together[name], alone, maxulp=32)
         else:
             np.testing.assert_array_equal(together[name], alone, err_msg=name)  # bit-identical
 
@@ -517,8 +519,8 @@ def test_convergence_diagnostics_chunked_and_validated(monkeypatch):
     whole = convergence_diagnostics(x)
     monkeypatch.setattr(_validation, "_MAX_BLOCK_ELEMENTS", 150)  # 1 param per block
     for name, values in convergence_diagnostics(x).items():
-        # blocks of one parameter change the FFT batches: within 2 ulp
-        np.testing.assert_array_max_ulp(values, whole[name], maxulp=2)
+        # blocks of one parameter change the FFT batches: within a few ulp
+        np.testing.assert_array_max_ulp(values, whole[name], maxulp=32)
     with pytest.raises(ValueError, match=r"at least 4 draws per chain"):
         convergence_diagnostics(np.zeros((2, 3)))
 

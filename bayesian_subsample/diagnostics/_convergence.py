@@ -617,9 +617,10 @@ def convergence_diagnostics(draws):
 
     The same numbers as :func:`split_rhat`, :func:`ess_bulk`,
     :func:`ess_tail` and :func:`ess_mean` called one after the other
-    (bit-identical in all but one of the cases the test suite checks,
-    and there 1 ulp apart; computed in blocks of parameters, within 2 ulp
-    of the whole), in less time: the chain split, the rank normalisation and the
+    (R-hat and bulk ESS bit-identical; tail and mean ESS within a few
+    ulp, because their FFTs are batched over other columns and round
+    differently; computed in blocks of parameters, within a few ulp of the
+    whole), in less time: the chain split, the rank normalisation and the
     sorts they share are done once (one unstable sort per parameter gives
     the average ranks, the median and the tail quantiles), and three of
     the four ESS in one batch of FFTs.  This is what an estimator's convergence check after ``fit``
