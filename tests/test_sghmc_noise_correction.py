@@ -468,3 +468,18 @@ def test_pooled_estimate_leaves_out_rows_without_gradient_and_is_unchanged():
     _, _, kept = post.model.loglik_grad_and_rows(theta, idx[~fitted[idx]])
     wrong = LowRankGradientNoise(kept, 40, 8, 4)
     assert abs(wrong.s[0] - full.s[0]) > 1e-3 * full.s[0]
+
+
+def test_lowrank_pool_too_large_for_memory_is_refused_before_sampling():
+    # noise_pool=100 on MNIST-sized data: 50,000 pooled rows, a 20 GB Gram
+    # matrix (dim > R); and a small network (dim <= R), whose (R, dim)
+    # gradients are the matrix.  The defaults (4 minibatches) pass.
+    big = ModelSG("sghmc", 500, noise_correction="fisher_lowrank", noise_pool=100)
+    with pytest.raises(ValueError, match=r"noise_pool=100 pools 50000 rows .* noise_pool <= 23 "):
+        big._check_estimate_memory(50_000, 79_510)
+    wide = ModelSG("sghmc", 500, noise_correction="fisher_lowrank", noise_pool=3000)
+    with pytest.raises(ValueError, match=r"noise_pool <= 2684 "):
+        wide._check_estimate_memory(10 ** 8, 100)
+    ModelSG("sghmc", 500, noise_correction="fisher_lowrank")._check_estimate_memory(50_000, 79_510)
+    ModelSG("sghmc", 500, noise_correction="fisher_lowrank",
+            noise_pool=2684)._check_estimate_memory(10 ** 8, 100)

@@ -120,6 +120,12 @@ NOISE_CORRECTIONS = ("fisher", "covariance", "fisher_lowrank")
 #: "fisher_lowrank" defaults: eigenpairs kept, minibatches pooled per estimate.
 DEFAULT_NOISE_RANK = 32
 DEFAULT_NOISE_POOL = 4
+#: Largest matrix the "fisher_lowrank" estimate may form, in bytes: the
+#: (R, R) Gram matrix of the R pooled rows, or their (R, dim) gradients when
+#: the network has no more weights than rows (8 bytes an entry, before the
+#: eigensolver's workspace).  A larger ``noise_pool`` is refused before
+#: sampling instead of failing to allocate (or swapping) at the first estimate.
+NOISE_ESTIMATE_MAX_BYTES = 1 << 30
 _OPTIMISERS = ("sgd", "sgd_momentum")
 #: Kernel updates per iteration are ``max(ceil(n / m), this)``: a pass over the
 #: data, but at least 50 updates between Gibbs steps on small data sets.
@@ -173,7 +179,9 @@ class ModelSG(SamplerConfig):
     noise_rank, noise_pool, noise_refresh : None or int, default=None
         "fisher_lowrank" only: ``k`` (default 32, clipped to the pooled
         rows and to ``dim``; a rank set above either is an error),
-        minibatches pooled (default 4) and updates between estimates (None: one per pass, made
+        minibatches pooled (default 4; a pool whose estimate would form a
+        matrix over :data:`NOISE_ESTIMATE_MAX_BYTES`, 1 GiB, is refused
+        before sampling) and updates between estimates (None: one per pass, made
         at its start; a larger value keeps an estimate across passes and
         Gibbs steps).
     gibbs_every : None or int, default=None
@@ -311,9 +319,27 @@ class ModelSG(SamplerConfig):
                              "of the model: the gradient-noise covariance has rank at most "
                              f"dim. Use noise_rank <= {int(posterior.dim)}, or noise_rank=None "
                              "for the default.")
+        if getattr(self, "noise_correction", None) == "fisher_lowrank":
+            self._check_estimate_memory(posterior.n_obs, int(posterior.dim))
         if self.method in SBPS_METHODS:
             posterior.model_method("loglik_grad_and_tangent")
         return Prepared(None, 0)
+
+    def _check_estimate_memory(self, n_obs, dim):
+        """Refuse a pool whose estimate would form more than
+        :data:`NOISE_ESTIMATE_MAX_BYTES` (the (R, R) Gram matrix, or the
+        (R, dim) gradients when ``dim <= R``)."""
+        _, pooled = self.noise_settings(n_obs)
+        if 8 * pooled * min(pooled, dim) <= NOISE_ESTIMATE_MAX_BYTES:
+            return
+        limit = NOISE_ESTIMATE_MAX_BYTES // 8
+        rows = limit // dim if dim * dim <= limit else int(np.sqrt(limit))
+        largest = max(1, rows // self.batch(n_obs))
+        raise ValueError(
+            f"noise_pool={self._pool(n_obs)} pools {pooled} rows for each low-rank noise "
+            f"estimate, whose matrix would take {8 * pooled * min(pooled, dim) / 2**30:.1f} GiB "
+            f"(more than NOISE_ESTIMATE_MAX_BYTES = {NOISE_ESTIMATE_MAX_BYTES / 2**30:.0f} GiB). "
+            f"Use noise_pool <= {largest} with batch_size={self.batch(n_obs)}.")
 
     def run_chain(self, rng, posterior, prepared, n_warmup, n_draws, callback=None, stop=None,
                   resume=None):
