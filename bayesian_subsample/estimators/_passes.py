@@ -42,12 +42,14 @@ gave no speed-up and cost CPU: 0.91 s (0.90) against 0.77 s (0.72)
 serially for 10^7 rows in memory, 1.27 s (0.91) against 1.25 s (0.83) for
 a memmapped 10^7 (1.0-1.25 times the serial CPU seconds over all the
 runs).  The extra CPU is what a neighbour process holding a core pays for.
-Processes do not share a GIL, but the recorded runs do not show them
-faster either: over a memmap, 1.40 s (1.01) against 1.25 s (0.83) at 10^7
-and 15.5 s (11.8) against 12.1 s (8.8) at 10^8 (the CPU seconds there are
-this process's and its workers', counted from outside with ``psutil``).
-Whether they win on two free cores is for a quiet-machine A/B, hence the
-size gate :data:`PROCESS_PASS_MIN_BYTES`.  The first process pass also
+Processes do not share a GIL.  On the loaded machine they were not faster
+over a memmap: 1.40 s (1.01) against 1.25 s (0.83) at 10^7 and 15.5 s
+(11.8) against 12.1 s (8.8) at 10^8 (the CPU seconds there are this
+process's and its workers', counted from outside with ``psutil``).  On two
+free cores at 10^8 they are: 6.4 s (12.3) against 10.8 s (10.8) for the
+order-2 pass (``results/pass_backends_memmap_n1e8_quiet_session24.jsonl``).
+Small memmaps do not pay for the workers' start-up and the dispatch, hence
+the size gate :data:`PROCESS_PASS_MIN_BYTES`.  The first process pass also
 pays for the workers' imports (4.4 s against 0.45-0.84 s for the next
 order-1 passes in the 10^7 memmap run), which the fit's chains, on the
 same workers, would otherwise pay.  In-memory rows are not sent by
