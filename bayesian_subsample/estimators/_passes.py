@@ -22,7 +22,7 @@ chunks:
   no user's choice, and the passes then stay in the worker's thread.)
 * **Rows in a file mapped into memory** (an :class:`numpy.memmap` ``X``,
   :func:`rows_file_backed`) of at least :data:`PROCESS_PASS_MIN_BYTES`
-  (1 GiB; :func:`process_passes`), no backend chosen, more than one worker
+  (4 GiB; :func:`process_passes`), no backend chosen, more than one worker
   for ``n_jobs``: on joblib's default process backend (loky; ``prefer="processes"``, a hint that a
   chosen backend overrides).  A worker receives the memmap by reference
   (file name and offset) and reads its rows from the page cache itself.
@@ -285,17 +285,18 @@ def check_copy_on_write(model, n_jobs):
 
 #: Bytes of a memmapped ``X`` from which its set-up passes run on process
 #: workers (with more than one worker and no backend chosen); a smaller
-#: memmap's passes run serially in this thread, like in-memory rows.  1 GiB:
-#: no measurement so far shows process passes faster than serial ones (on
-#: the loaded 2-core machine an order-2 pass took 1.12 and 1.28 times the
-#: serial wall time at 10^7 and 10^8 rows,
-#: ``benchmarks/results/pass_backends_memmap_n1e{7,8}_session24.jsonl``), and a
-#: first fit in a process pays the workers' start-up inside its
-#: set-up, which on small data is most of the fit.  The gate leaves process
-#: passes to data where a pass takes seconds, for a quiet-machine A/B to
-#: settle; setting it to 0 makes every memmap with ``n_jobs`` > 1 use them,
+#: memmap's passes run serially in this thread, like in-memory rows.  4 GiB,
+#: from side-by-side runs of ``benchmarks/bench_pass_backends.py``: on two
+#: free cores the order-2 pass over 10^8 x 29 float32 rows (11.6 GB) took
+#: 6.4 s on two workers against 10.8 s serially, but over 10^7 rows
+#: (1.16 GB) 0.75 s against 0.81 s, a gain smaller than the loss with a busy
+#: neighbour core (the workers spend 1.14-1.6 times the serial CPU seconds,
+#: re-faulting the file's pages), and a first fit in a process pays the
+#: workers' start-up inside its set-up
+#: (``results/pass_backends_memmap_n1e{7,8}_quiet_session24.jsonl``).
+#: Setting it to 0 makes every memmap with ``n_jobs`` > 1 use them,
 #: ``float("inf")`` turns them off.
-PROCESS_PASS_MIN_BYTES = 1 << 30
+PROCESS_PASS_MIN_BYTES = 4 << 30
 
 def process_passes(model):
     """Whether ``model``'s set-up passes go to process workers when no backend
