@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 from bayesian_subsample.models import GLM, LogisticFamily, MultinomialGLM, PoissonFamily
-from bayesian_subsample.models._glm import FLOAT32_GEMM_ROWS, _outer_float32
+from bayesian_subsample.models._glm import FLOAT32_GEMM_ROWS, _blocked_outer
 
 
 def _gamma(k, u):
@@ -92,9 +92,9 @@ def test_float32_curvature_bound_negative_control():
     Zabs = np.abs(X32.astype(np.float64))
     bound = _gamma(FLOAT32_GEMM_ROWS + 2, 2.0**-24) * (Zabs.T * np.abs(c)) @ Zabs
     exact = (X32.astype(np.float64).T * c) @ X32.astype(np.float64)
-    assert np.all(np.abs(_outer_float32(X32, c) - exact) <= bound)
+    assert np.all(np.abs(_blocked_outer(X32, c) - exact) <= bound)
     truncated = (X32.view(np.uint32) & np.uint32(0xFFFF0000)).view(np.float32)
-    coarse = _outer_float32(truncated, c)
+    coarse = _blocked_outer(truncated, c)
     assert not np.all(np.abs(coarse - exact) <= bound)
 
 

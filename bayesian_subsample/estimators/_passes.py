@@ -146,7 +146,9 @@ class SingleThreadedBLAS:
 
 
 def _single_threaded(fn, item):
-    """``fn(item)`` with BLAS on one thread (a process worker's own policy)."""
+    """``fn(item)`` with BLAS on one thread (a process worker's own policy): one
+    chunk as its own task, the dispatch before :func:`_run_group` (kept for
+    ``benchmarks/bench_pass_policy.py`` and as a test's negative control)."""
     with SingleThreadedBLAS():
         return fn(item)
 
@@ -190,9 +192,7 @@ def configured_backend():
 
     as_threads, _ = get_active_backend(prefer="threads")
     as_processes, _ = get_active_backend(prefer="processes")
-    if type(as_threads) is not type(as_processes):
-        return None
-    if (getattr(as_threads, "nesting_level", None) or 0) > 0:
+    if type(as_threads) is not type(as_processes) or nested_in_worker():
         return None
     return as_threads
 
@@ -384,10 +384,10 @@ class JoblibChunkMap:
         # One group per batch: each task is already a group of chunks, and
         # joblib's automatic batching would otherwise merge the last groups
         # and leave a worker idle.
-        parallel = Parallel(n_jobs=self.n_jobs, prefer="processes", batch_size=1)
         n_workers = effective_n_jobs(self.n_jobs)
         if n_workers <= 1:
             return [fn(item) for item in items]
+        parallel = Parallel(n_jobs=self.n_jobs, prefer="processes", batch_size=1)
         groups = _groups(len(items), GROUPS_PER_WORKER * n_workers)
         self.n_tasks += len(groups)
         # Tasks set the BLAS policy themselves: in this process it is already

@@ -150,7 +150,10 @@ class ModelMinibatchGradient:
                     share = np.cumsum(sq[order]) / sq.sum()
                     n_keep = int(np.searchsorted(share, 1.0 - PRUNE_TRACE)) + 1
                     if n_keep < len(idx):
-                        _, _, rows = rows_fn(position, np.sort(idx[order[:n_keep]]), tau)
+                        kept = np.sort(order[:n_keep])
+                        subset = getattr(rows, "subset", None)
+                        rows = (subset(kept) if subset is not None
+                                else rows_fn(position, idx[kept], tau)[2])
         return LowRankGradientNoise(rows, p.n_obs, self.subsample_size, rank,
                                     n_pooled=len(idx))
 
@@ -364,6 +367,22 @@ class MinibatchGradientNoise:
         return self.factor * lam
 
 
+def _top_positive_eigh(M, rank):
+    """The ``rank`` largest eigenpairs of the symmetric PSD matrix ``M``,
+    largest first, without those not above ``1e-12`` of the largest:
+    ``(values, vectors)``.  Only those eigenpairs are computed (LAPACK's
+    subset driver: about ``rank / len(M)`` of a full decomposition's
+    back-transformation)."""
+    from scipy.linalg import eigh
+
+    n = M.shape[0]
+    k = min(int(rank), n)
+    mu, E = eigh(0.5 * (M + M.T), subset_by_index=[n - k, n - 1], check_finite=False)
+    keep = np.argsort(mu)[::-1]
+    keep = keep[mu[keep] > 1e-12 * max(float(mu.max()), 1e-300)]
+    return mu[keep], E[:, keep]
+
+
 class LowRankGradientNoise:
     """The top-``k`` eigenpairs of a pooled gradient-noise covariance, as a linear operator.
 
@@ -446,8 +465,6 @@ class LowRankGradientNoise:
         #: The matrix decomposed: "weights" (dim x dim ``J^T J``) or "gram"
         #: (R x R ``J J^T``).
         self.via = via
-        from scipy.linalg import eigh
-
         if via == "weights":
             # dim <= R: J^T J (dim x dim) directly, R dim^2 multiply-adds and
             # a dim^3 decomposition, in place of the R^3 of the Gram matrix;
@@ -457,30 +474,17 @@ class LowRankGradientNoise:
                 F = np.asarray(J.T @ J, dtype=np.float64)
             if not np.all(np.isfinite(F)):
                 raise np.linalg.LinAlgError("non-finite gradient Fisher matrix")
-            d = F.shape[0]
-            k = min(int(rank), d)
-            mu, E = eigh(0.5 * (F + F.T), subset_by_index=[d - k, d - 1], check_finite=False)
-            keep = np.argsort(mu)[::-1]
-            keep = keep[mu[keep] > 1e-12 * max(float(mu.max()), 1e-300)]
-            if len(keep) == 0:
-                self.U, self.s, self._empty = None, np.zeros(0), True
-                return
-            self.s = factor * mu[keep]
-            self.U = E[:, keep].astype(dt, copy=False)
-            self._empty = False
+            mu, E = _top_positive_eigh(F, rank)
+            self._empty = len(mu) == 0
+            self.s = factor * mu
+            self.U = None if self._empty else E.astype(dt, copy=False)
             return
         with np.errstate(over="ignore", invalid="ignore"):
             K = rows.gram()
         if not np.all(np.isfinite(K)):
             raise np.linalg.LinAlgError("non-finite gradient Gram matrix")
 
-        # Only the top k eigenpairs (LAPACK's subset driver: about k / R of
-        # a full decomposition's back-transformation).
-        k = min(int(rank), R)
-        mu, C = eigh(0.5 * (K + K.T), subset_by_index=[R - k, R - 1], check_finite=False)
-        keep = np.argsort(mu)[::-1]
-        keep = keep[mu[keep] > 1e-12 * max(float(mu.max()), 1e-300)]
-        mu, C = mu[keep], C[:, keep]
+        mu, C = _top_positive_eigh(K, rank)
         if len(mu) == 0:
             self.U, self.s = None, np.zeros(0)
             self._empty = True

@@ -97,31 +97,17 @@ def serial_map(fn, items):
     return [fn(item) for item in items]
 
 
-def _outer_float32(X32, c):
-    """``sum_i c_i x_i x_i^T`` (float64, (d, d)) of float32 rows ``X32``.
+def _blocked_outer(X, c):
+    """``sum_i c_i x_i x_i^T`` (float64, (d, d)) of float32 or float64 rows ``X``.
 
-    Blocks of :data:`FLOAT32_GEMM_ROWS` rows: each block scaled by ``c``
-    into a (d, rows) float32 copy that stays in cache, then one float32
-    matrix product with the block; the products are added in float64.
-    """
-    out = np.zeros((X32.shape[1], X32.shape[1]))
-    B = FLOAT32_GEMM_ROWS
-    c32 = c.astype(np.float32)
-    for s in range(0, len(X32), B):
-        xb = X32[s:s + B]
-        out += (xb.T * c32[s:s + B]) @ xb
-    return out
-
-
-def _outer_float64(X, c):
-    """``sum_i c_i x_i x_i^T`` (float64, (d, d)) of float64 rows ``X``.
-
-    Blocks of :data:`FLOAT64_GEMM_ROWS` rows: each block scaled by ``c``
-    into a (d, rows) copy that stays in cache, then one matrix product with
-    the block; the products are added in order.
+    Blocks of :data:`FLOAT32_GEMM_ROWS` / :data:`FLOAT64_GEMM_ROWS` rows:
+    each block scaled by ``c`` (cast once to ``X``'s dtype) into a (d, rows)
+    copy that stays in cache, then one matrix product with the block in
+    ``X``'s precision; the products are added in float64, in order.
     """
     out = np.zeros((X.shape[1], X.shape[1]))
-    B = FLOAT64_GEMM_ROWS
+    B = FLOAT32_GEMM_ROWS if X.dtype == np.float32 else FLOAT64_GEMM_ROWS
+    c = c.astype(X.dtype, copy=False)
     for s in range(0, len(X), B):
         xb = X[s:s + B]
         out += (xb.T * c[s:s + B]) @ xb
@@ -503,7 +489,7 @@ class GLM:
         products in float32 (a float32 matrix product of the block scaled
         by ``c`` with the block), the intercept row and every block's
         result summed in float64.  Float64 rows in blocks of
-        :data:`FLOAT64_GEMM_ROWS` (:func:`_outer_float64`).
+        :data:`FLOAT64_GEMM_ROWS` (:func:`_blocked_outer`).
         """
         if Xr.dtype == np.float32:
             return self._weighted_outer_float32(Xr, c)
@@ -514,9 +500,9 @@ class GLM:
             out[0, 0] = c.sum()
             out[0, 1:] = cx
             out[1:, 0] = cx
-            out[1:, 1:] = _outer_float64(Xr, c)
+            out[1:, 1:] = _blocked_outer(Xr, c)
         else:
-            out[:] = _outer_float64(Xr, c)
+            out[:] = _blocked_outer(Xr, c)
         return out
 
     def _weighted_outer_float32(self, Xr, c, Xd=None):
@@ -525,7 +511,7 @@ class GLM:
         product with it)."""
         j = int(self.fit_intercept)
         out = np.empty((self.dim, self.dim))
-        out[j:, j:] = _outer_float32(Xr, c)
+        out[j:, j:] = _blocked_outer(Xr, c)
         if j:
             cx = (Xr if Xd is None else Xd).T @ c
             out[0, 0] = c.sum()

@@ -440,46 +440,52 @@ class MLP:
         acts, z = self.forward(theta, X, layers)
         ll, delta = self.output_loglik(z, y, noise_precision)
         grad = self.backward(acts, delta, layers)
-        dt = acts[0].dtype
-        net = self
-
-        class _Rows:
-            n_rows = int(delta.shape[0])
-            dim = int(net.dim)
-            #: The passes' working precision (float32 for float32 data).
-            dtype = dt
-
-            @staticmethod
-            def apply(u):
-                dz = net.tangent(u, acts, layers)
-                return np.einsum("ij,ij->i", delta, dz, dtype=np.float64)
-
-            @staticmethod
-            def transpose_apply(c):
-                scaled = delta * np.asarray(c, dtype=dt)[:, None]
-                return net.backward(acts, scaled, layers)
-
-            @staticmethod
-            def transpose_apply_many(C):
-                return net.backward_many(acts, delta, layers, C)
-
-            @staticmethod
-            def gram():
-                return net.gradient_gram(acts, delta, layers)
-
-            @staticmethod
-            def jacobian():
-                return net.gradient_rows(acts, delta, layers)
-
-            @staticmethod
-            def square_norms():
-                return net.gradient_square_norms(acts, delta, layers)
-
-        return float(ll.sum()), grad, _Rows()
+        return float(ll.sum()), grad, _GradientRows(self, acts, delta, layers)
 
     def predict_output(self, theta, X):
         """Output pre-activation (logits or means), shape (n, n_outputs)."""
         return self.forward(theta, X)[1]
+
+
+class _GradientRows:
+    """Linear maps of the per-row gradients of a minibatch, from its forward
+    activations ``acts`` and output errors ``delta`` (the ``rows`` of
+    :meth:`MLP.loglik_grad_and_rows`; no per-row gradient is formed except
+    by :meth:`jacobian`)."""
+
+    def __init__(self, net, acts, delta, layers):
+        self._net, self._acts, self._delta, self._layers = net, acts, delta, layers
+        self.n_rows = int(delta.shape[0])
+        self.dim = int(net.dim)
+        #: The passes' working precision (float32 for float32 data).
+        self.dtype = acts[0].dtype
+
+    def subset(self, keep):
+        """The same maps over the rows ``keep`` only (the activations and
+        errors sliced: no new forward or backward pass)."""
+        keep = np.asarray(keep)
+        return _GradientRows(self._net, [a[keep] for a in self._acts], self._delta[keep],
+                             self._layers)
+
+    def apply(self, u):
+        dz = self._net.tangent(u, self._acts, self._layers)
+        return np.einsum("ij,ij->i", self._delta, dz, dtype=np.float64)
+
+    def transpose_apply(self, c):
+        scaled = self._delta * np.asarray(c, dtype=self.dtype)[:, None]
+        return self._net.backward(self._acts, scaled, self._layers)
+
+    def transpose_apply_many(self, C):
+        return self._net.backward_many(self._acts, self._delta, self._layers, C)
+
+    def gram(self):
+        return self._net.gradient_gram(self._acts, self._delta, self._layers)
+
+    def jacobian(self):
+        return self._net.gradient_rows(self._acts, self._delta, self._layers)
+
+    def square_norms(self):
+        return self._net.gradient_square_norms(self._acts, self._delta, self._layers)
 
 
 class MLPModel(ChunkedRowModel):
