@@ -155,8 +155,16 @@ def test_subset_grows_only_when_that_saves_the_chord_pass():
     # Half the decrement needs about twice the rows.
     grown = _hmc_family._grown_subset(Check(lam, lam / 2), None, n, s)
     assert grown == 2 * s
-    # A quarter of the decrement would need more than REFERENCE_FRACTION_MAX.
-    assert _hmc_family._grown_subset(Check(lam, lam / 10), None, n, s) is None
+    # A tenth of the decrement would need more than REFERENCE_FRACTION_MAX:
+    # refused after one question beyond the subset's own, about the largest
+    # admissible growth (5x here).
+    refuse = Check(lam, lam / 10)
+    assert _hmc_family._grown_subset(refuse, None, n, s) is None
+    assert len(refuse.asked) == 2
+    assert refuse.asked[1] == pytest.approx(lam * (n / (5 * s) - 1) / (n / s - 1))
+    # Negative control of that shortcut: when the largest passes, the
+    # smallest sufficient growth is still the one returned.
+    assert _hmc_family._grown_subset(Check(lam, lam / 4), None, n, s) == 4 * s
 
 
 @pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")

@@ -416,18 +416,31 @@ def _grown_subset(check, theta0, n, size, max_rows=None):
     """The smallest subset size, at most :data:`REFERENCE_FRACTION_MAX` of the
     data and at most ``max_rows`` rows, whose mode the check predicts good
     enough as theta* without a chord pass (None if the current subset's is,
-    or if none is)."""
+    or if none is).
+
+    The largest admissible size is asked first: the predicted decrement
+    falls as the subset grows, so when even that one is refused no smaller
+    one passes, and one refusal settles the usual case of data too short
+    for growth to pay (at 10^6 rows, five refusals took 18 ms of a 0.4 s fit).
+    Only then are the sizes asked from the smallest up.
+    """
     lam = check.subset_decrement(theta0)
     if lam is None or check(theta0, lam):
         return None
-    for factor in _GROWTH_FACTORS:
-        grown = int(math.ceil(factor * size))
-        if grown > REFERENCE_FRACTION_MAX * n or (max_rows is not None and grown > max_rows):
-            return None
-        # The subset mode's sampling error shrinks like n / s - 1.
-        # Only the verdict is needed here (these checks are not logged with
-        # a pass): a clear refusal stops after a few draws.
-        if check(theta0, lam * (n / grown - 1.0) / (n / size - 1.0), exact=False):
+    limit = REFERENCE_FRACTION_MAX * n if max_rows is None else min(
+        REFERENCE_FRACTION_MAX * n, max_rows)
+    sizes = [g for g in (int(math.ceil(f * size)) for f in _GROWTH_FACTORS) if g <= limit]
+
+    # The subset mode's sampling error shrinks like n / s - 1.  Only the
+    # verdict is needed here (these checks are not logged with a pass): a
+    # clear refusal stops after a few draws.
+    def passes(grown):
+        return check(theta0, lam * (n / grown - 1.0) / (n / size - 1.0), exact=False)
+
+    if not sizes or (len(sizes) > 1 and not passes(sizes[-1])):
+        return None
+    for grown in sizes:
+        if passes(grown):
             return grown
     return None
 
