@@ -16,7 +16,9 @@ are BLAS calls, as in numpy.  Random numbers come from the caller's
 :class:`numpy.random.Generator`, through numba's support for it (numpy's own
 algorithms on the same bit generator), in the order the numpy kernel draws
 them, including the draws it makes only conditionally.  Same operations is
-not same bits (BLAS order, :func:`log1p_unit`): the draws equal the numpy
+not same bits (BLAS order, :func:`log1p_unit` and :func:`exp_vec`, which
+replace libm's ``log1p`` and ``exp`` so that the row loops vectorise, each
+within about an ulp): the draws equal the numpy
 kernel's to rounding only while no accept/reject decision falls within
 rounding of its threshold, and warm-up's dual averaging can amplify a
 rounding difference until one does (see :mod:`._ecs_compiled`).
@@ -28,6 +30,7 @@ import math
 
 import numba
 import numpy as np
+from numba.extending import intrinsic
 
 # error_model="numpy": a division by zero gives inf or nan as in numpy (no
 # Python exception check in the loops, which also lets LLVM vectorise them).
@@ -65,6 +68,85 @@ def log1p_unit(e):
     return 2.0 * s * q
 
 
+@intrinsic
+def _int_as_float(typingctx, bits):
+    """The float64 whose bit pattern is the int64 ``bits`` (an LLVM bitcast,
+    which vectorises; numba has no scalar ``view``)."""
+    if bits != numba.types.int64:
+        return None
+
+    def codegen(context, builder, signature, args):
+        return builder.bitcast(args[0], context.get_value_type(numba.types.float64))
+
+    return numba.types.float64(numba.types.int64), codegen
+
+
+@intrinsic
+def _float_bits(typingctx, x):
+    """The int64 bit pattern of the float64 ``x`` (an LLVM bitcast)."""
+    if x != numba.types.float64:
+        return None
+
+    def codegen(context, builder, signature, args):
+        return builder.bitcast(args[0], context.get_value_type(numba.types.int64))
+
+    return numba.types.int64(numba.types.float64), codegen
+
+
+#: ln 2 split for the range reduction of :func:`exp_vec`: ``_LN2_HI`` has 32
+#: significant bits, so ``k * _LN2_HI`` is exact for ``|k| < 2^21``, and
+#: ``_LN2_HI + _LN2_LO`` is ln 2 to about 2^-85 relative.
+_LN2_HI = 0.6931471803691238
+_LN2_LO = 1.9082149292705877e-10
+_INV_LN2 = 1.4426950408889634
+#: 1.5 * 2^52: ``t + _SHIFTER`` rounds ``t`` to an integer held in the low
+#: bits of the sum's bit pattern (no float-to-int conversion, which would not
+#: vectorise on every target).
+_SHIFTER = 6755399441055744.0
+#: The bit pattern of ``_SHIFTER`` (``0x4338000000000000``).
+_SHIFTER_BITS = 4843621399236968448
+
+
+@_inline
+def exp_vec(x):
+    """``exp(x)`` without a library call (vectorisable), within about 1 ulp of
+    ``math.exp`` on the whole float64 range.
+
+    ``x = k ln 2 + r`` with ``k`` the nearest integer to ``x / ln 2`` and
+    ``|r| <= ln 2 / 2`` (Cody-Waite reduction with a two-part ln 2); ``exp(r)``
+    is its Taylor series to degree 13 (truncation below ``2^-57`` relative);
+    the scaling by ``2^k`` builds the two powers ``2^(k - k//2)`` and
+    ``2^(k//2)`` from their exponent bits and multiplies by them in turn, so
+    a subnormal result is rounded once and results below the smallest
+    subnormal are exactly 0 (``x < -745.14``), results above the largest
+    double are ``inf`` (``x > 709.79``).  NaN gives NaN.  Used for the
+    logistic terms' ``exp(-|eta|)`` and the Poisson mean ``exp(eta)``, where
+    the library's scalar ``exp`` kept the row loops from vectorising.
+    """
+    t = x * _INV_LN2 + _SHIFTER
+    k = _float_bits(t) - _SHIFTER_BITS   # round(x / ln 2), exact for |x| < 2^50
+    kf = t - _SHIFTER
+    r = (x - kf * _LN2_HI) - kf * _LN2_LO
+    q = ((((((((((((1.6059043836821613e-10) * r + 2.08767569878681e-09) * r
+                  + 2.505210838544172e-08) * r + 2.755731922398589e-07) * r
+                + 2.7557319223985893e-06) * r + 2.48015873015873e-05) * r
+              + 0.0001984126984126984) * r + 0.001388888888888889) * r
+            + 0.008333333333333333) * r + 0.041666666666666664) * r
+          + 0.16666666666666666) * r + 0.5) * r * r + r
+    half = k >> 1
+    s1 = _int_as_float((k - half + 1023) << 52)
+    s2 = _int_as_float((half + 1023) << 52)
+    e = ((1.0 + q) * s1) * s2
+    # Beyond +-1000 the exponents above leave their range (and +-inf gives
+    # inf - inf in the series); the limits are exact there.  NaN compares
+    # false both times and keeps the series' NaN.
+    if x < -1000.0:
+        e = 0.0
+    if x > 1000.0:
+        e = math.inf
+    return e
+
+
 @_inline
 def _difference(P, i, ell, g, delta, d_arr, g_arr):
     """``d_i = ell_i - q_i`` and its eta-derivative, from the packed ``P``."""
@@ -85,10 +167,10 @@ def row_terms(theta, Z, y, w, has_w, P, fam, fam_a, fam_b, lo, hi, d_arr, g_arr)
     eta = np.dot(Z[lo:hi], theta)
     n = hi - lo
     if fam == 0:
-        # exp(-|eta|) first (a library call per row), then the rest of the
-        # logistic terms in a loop without calls.
+        # exp(-|eta|) first, then the rest of the logistic terms; neither loop
+        # calls the library, so both vectorise.
         for r in range(n):
-            d_arr[lo + r] = math.exp(-abs(eta[r]))
+            d_arr[lo + r] = exp_vec(-abs(eta[r]))
         for r in range(n):
             i = lo + r
             e_i = eta[r]
@@ -111,7 +193,7 @@ def row_terms(theta, Z, y, w, has_w, P, fam, fam_a, fam_b, lo, hi, d_arr, g_arr)
             ell = fam_b - 0.5 * fam_a * resid * resid
             g = fam_a * resid
         else:
-            mu = math.exp(e_i)
+            mu = exp_vec(e_i)
             ell = yi * e_i - mu - math.lgamma(yi + 1.0)
             g = yi - mu
         if has_w:
