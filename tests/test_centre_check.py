@@ -134,6 +134,23 @@ def test_predicted_decrements_match_the_observed_ones():
     assert float(g_bad @ np.linalg.solve(H_sub, g_bad)) > 10 * check.chord_decrement(theta0, step)
 
 
+def test_trace_of_the_score_covariance_matches_its_definition():
+    """CentreCheck._trace_cov (one (dim, dim) product) against the definition
+    mean_k (v_k - vbar)^T Sigma (v_k - vbar), row by row."""
+    post, rng = _posterior(n=20_000, d=5)
+    idx, theta0, H = _subset(post, rng, m=3_000)
+    check = CentreCheck(post, H, idx, rng, M_MIN, TARGET)
+    Z = np.column_stack([np.ones(400), rng.standard_normal((400, post.dim - 1))])
+    w = rng.standard_normal(400)
+    v = Z * w[:, None]
+    dev = v - v.mean(axis=0)
+    expected = float(np.mean(np.einsum("ij,ij->i", dev, np.linalg.solve(H, dev.T).T)))
+    assert check._trace_cov(Z, w) == pytest.approx(expected, rel=1e-10)
+    # Negative control: Sigma replaced by the Hessian itself is another number.
+    wrong = float(np.mean(np.einsum("ij,ij->i", dev, dev @ H)))
+    assert check._trace_cov(Z, w) != pytest.approx(wrong, rel=1e-3)
+
+
 def test_subset_grows_only_when_that_saves_the_chord_pass():
     from bayesian_subsample.samplers import _hmc_family
 
