@@ -151,6 +151,29 @@ def test_trace_of_the_score_covariance_matches_its_definition():
     assert check._trace_cov(Z, w) != pytest.approx(wrong, rel=1e-3)
 
 
+def test_sigma2_statistic_matches_the_estimator_draw_by_draw():
+    """CentreCheck.sigma2 (all draws at once) against DifferenceEstimator.differences
+    evaluated draw by draw: n^2 Q_75(var_k d_k) / m; and a refusal's bound is a
+    lower bound of it, with the same verdict."""
+    post, rng = _posterior(n=50_000, d=5)
+    idx, theta0, H = _subset(post, rng, m=5_000)
+    check = CentreCheck(post, H, idx, rng, M_MIN, TARGET)
+    centre, mean, scale = theta0 + 0.01, theta0, 4.0
+    est, sub = check._estimator(centre)
+    L = np.linalg.cholesky(H)
+    var = [est.differences(mean + np.sqrt(scale) * np.linalg.solve(L.T, z), sub)[0].var()
+           for z in check._z]
+    expected = post.n_obs ** 2 * float(np.quantile(var, 0.75)) / check.m
+    got = check.sigma2(centre, mean, scale)
+    assert got == pytest.approx(expected, rel=1e-9)
+    # Negative control: another scale gives another statistic.
+    assert check.sigma2(centre, mean, 2 * scale) != pytest.approx(expected, rel=1e-3)
+    fresh = CentreCheck(post, H, idx, np.random.default_rng(0), M_MIN, TARGET)
+    fresh._z = check._z
+    bound = fresh.sigma2(centre, mean, scale, refused=lambda v: v > 0.5 * expected)
+    assert bound <= got * (1 + 1e-12) and bound > 0.5 * expected
+
+
 def test_subset_grows_only_when_that_saves_the_chord_pass():
     from bayesian_subsample.samplers import _hmc_family
 
