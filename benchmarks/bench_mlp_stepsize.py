@@ -33,7 +33,8 @@ for a hot one.  ``--prior-precision`` fixes every layer's prior precision
 instead of the Gamma(1, 1) hyper-prior.  ``--noise-correction fisher`` runs
 SG-HMC with Chen et al.'s ``B_hat = eta V_hat / 2`` (``ModelSG``'s
 ``noise_correction``) and reports the largest eigenvalue of ``B_hat`` seen
-per pass.
+per pass.  ``--minibatch importance [--minibatch-refresh k]`` draws the
+minibatches by :class:`bayesian_subsample.likelihood.ImportanceDesign`.
 
     python benchmarks/bench_mlp_stepsize.py --jobs 2 \
         --out benchmarks/results/mlp_mnist_stepsize.jsonl
@@ -183,7 +184,9 @@ def run_one(args, method, eta, factor):
     with threadpool_limits(limits=1, user_api="blas"):
         res = run_model_chain(ModelSG(method, 500, eta, args.momentum_decay,
                                       noise_correction=args.noise_correction,
-                                      **lowrank_options(args, args.noise_correction)),
+                                      **lowrank_options(args, args.noise_correction),
+                                      minibatch=args.minibatch,
+                                      minibatch_refresh=args.minibatch_refresh),
                               rng, posterior, 0, args.passes, trace=trace)
         if states:
             groups = net.layer_of_each_weight()
@@ -196,6 +199,8 @@ def run_one(args, method, eta, factor):
            "predicted_variance_inflation": infl,
            "diverged_at": res.extra["diverged_at"],
            "noise_correction": args.noise_correction,
+           "minibatch": args.minibatch, "minibatch_refresh": args.minibatch_refresh,
+           "n_obs_evaluated": int(np.nansum(res.stats["n_obs_evaluated"])),
            **lowrank_options(args, args.noise_correction)}
     if args.noise_correction:
         b = np.asarray(res.extra["beta_hat_max"], float)
@@ -239,6 +244,11 @@ def main(argv=None):
                     help="a fixed prior precision for every layer (default: Gamma(1, 1) "
                          "hyper-prior and Gibbs steps)")
     add_noise_arguments(ap)
+    ap.add_argument("--minibatch", choices=("uniform", "importance"), default="uniform",
+                    help="ModelSG's minibatch design")
+    ap.add_argument("--minibatch-refresh", type=int, default=None,
+                    help="updates between refreshes of minibatch='importance' (default: "
+                         "one per pass)")
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)

@@ -25,6 +25,7 @@ from ._difference import (
 from ._model_target import (
     HierarchicalPosterior,
     Hyperparameters,
+    ImportanceDesign,
     LowRankGradientNoise,
     MinibatchGradientNoise,
     ModelFullTarget,
@@ -51,6 +52,7 @@ __all__ = [
     "Hyperparameters",
     "MinibatchGradient",
     "MinibatchGradientNoise",
+    "ImportanceDesign",
     "LowRankGradientNoise",
     "MinibatchObservation",
     "ModelFullTarget",

@@ -190,6 +190,26 @@ class MLP:
         ll, delta = self.output_loglik(z, y, noise_precision)
         return float(ll.sum()), self.backward(acts, delta, layers)
 
+    def weighted_loglik_and_grad(self, theta, X, y, weights, noise_precision=1.0):
+        """``sum_i w_i log p(y_i|x_i, theta)`` and its gradient: the output error
+        of row ``i`` scaled by ``w_i`` before one backward pass (importance-
+        sampled minibatches, :class:`~bayesian_subsample.likelihood.ImportanceDesign`)."""
+        layers = self.unpack(theta, self._dtype(X))
+        acts, z = self.forward(theta, X, layers)
+        ll, delta = self.output_loglik(z, y, noise_precision)
+        w = np.asarray(weights, dtype=np.float64)
+        delta *= w.astype(delta.dtype)[:, None]
+        return float(ll @ w), self.backward(acts, delta, layers)
+
+    def row_gradient_square_norms(self, theta, X, y, noise_precision=1.0):
+        """``|grad_i|^2`` of the per-row log-likelihood gradients (float64,
+        (rows,)): a forward pass and :meth:`gradient_square_norms` (the
+        back-propagation of the output errors, no weight gradient)."""
+        layers = self.unpack(theta, self._dtype(X))
+        acts, z = self.forward(theta, X, layers)
+        _, delta = self.output_loglik(z, y, noise_precision)
+        return self.gradient_square_norms(acts, delta, layers)
+
     def backward(self, acts, delta, layers):
         """Gradient (float64, shape (dim,)) of ``sum_i`` of a function of the
         outputs whose derivative with respect to the output pre-activation is
@@ -536,6 +556,21 @@ class MLPModel(ChunkedRowModel):
         per-row gradients, for the SG-HMC gradient-noise correction)."""
         return self.network.loglik_grad_and_rows(theta, self.X[idx], self.y[idx],
                                                  noise_precision)
+
+    def weighted_loglik_and_grad(self, theta, idx, weights, noise_precision=1.0):
+        """:meth:`MLP.weighted_loglik_and_grad` on rows ``idx`` (importance-sampled
+        minibatches)."""
+        return self.network.weighted_loglik_and_grad(theta, self.X[idx], self.y[idx], weights,
+                                                     noise_precision)
+
+    def gradient_square_norms(self, theta, noise_precision=1.0):
+        """``|grad_i|^2`` of every row's log-likelihood gradient, shape (n_obs,),
+        by chunks (:meth:`MLP.row_gradient_square_norms`)."""
+        out = np.empty(self.n_obs)
+        for idx in self._chunks():
+            out[idx] = self.network.row_gradient_square_norms(theta, self.X[idx], self.y[idx],
+                                                              noise_precision)
+        return out
 
     def sum_squared_residuals(self, theta):
         """``sum_i ||y_i - f(x_i)||^2`` over all rows (gaussian output), by chunks."""

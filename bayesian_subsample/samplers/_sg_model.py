@@ -53,6 +53,16 @@ scaled by ``n / m``), ``momentum_decay`` is ``alpha``:
   i.e. along the stiff directions at any useful step (``eta n lambda_max /
   m`` is about 60 on MNIST at SGLD's Figure 4 step); it would need a
   preconditioner (stochastic gradient Fisher scoring), a different sampler;
+* ``minibatch="importance"`` (the SG methods and optimisers): ``g`` from
+  rows drawn with probability proportional to their gradient norm at the
+  last refresh, with a certainty stratum and a uniform share, weighted to
+  stay unbiased (:class:`~bayesian_subsample.likelihood.ImportanceDesign`,
+  whose notes give the estimator's variance).  A refresh is a pass over all
+  rows (its ``n`` evaluations are counted); it is made before the first
+  update of a pass, or every ``minibatch_refresh`` updates, and kept across
+  Gibbs steps (the design does not depend on the hyperparameters).  The
+  kernels are unchanged: only the gradient noise is smaller.  Not combined
+  with ``noise_correction`` (whose ``V_hat`` is that of uniform minibatches);
 * ``"sgld"``: ``theta <- theta + eta g + N(0, 2 eta)``: the SGLD kernel with
   ``eps = 2 eta`` (its convention is ``theta + (eps/2) g + N(0, eps)``);
 * ``"sgd_momentum"``: the SG-HMC kernel with ``B_hat = C`` (no injected
@@ -127,6 +137,8 @@ DEFAULT_NOISE_POOL = 4
 #: sampling instead of failing to allocate (or swapping) at the first estimate.
 NOISE_ESTIMATE_MAX_BYTES = 1 << 30
 _OPTIMISERS = ("sgd", "sgd_momentum")
+#: Minibatch designs of the stochastic-gradient methods.
+MINIBATCH_DESIGNS = ("uniform", "importance")
 #: Kernel updates per iteration are ``max(ceil(n / m), this)``: a pass over the
 #: data, but at least 50 updates between Gibbs steps on small data sets.
 MIN_UPDATES_PER_ITERATION = 50
@@ -184,6 +196,19 @@ class ModelSG(SamplerConfig):
         before sampling) and updates between estimates (None: one per pass, made
         at its start; a larger value keeps an estimate across passes and
         Gibbs steps).
+    minibatch : {"uniform", "importance"}, default="uniform"
+        How a kernel update's ``m`` rows are drawn (not for "hmc", "sbps",
+        "psbps").  "uniform": ``m`` distinct rows, the sum scaled by ``n /
+        m``.  "importance": rows drawn with probability proportional to
+        their gradient norm at the last refresh, with a certainty stratum
+        of rows in every minibatch, weighted so that the estimate stays
+        unbiased (:class:`~bayesian_subsample.likelihood.ImportanceDesign`,
+        which gives its variance); each refresh is a pass over all rows
+        (``n`` evaluations, counted in ``n_obs_evaluated``).  Not with
+        ``noise_correction`` (its ``V_hat`` assumes uniform minibatches).
+    minibatch_refresh : None or int, default=None
+        "importance" only: kernel updates between refreshes of the design.
+        None: one per pass, at its start (the cost of a pass doubles).
     gibbs_every : None or int, default=None
         None: the Gibbs draw of the hyperparameters ends every pass (§4.2).
         ``k``: it follows every ``k``-th kernel update, counted over the
@@ -197,7 +222,8 @@ class ModelSG(SamplerConfig):
     def __init__(self, method="sghmc", subsample_size=500, learning_rate="auto",
                  momentum_decay=0.1, n_networks_kept=20, n_integration_steps=20,
                  gibbs_every=None, confidence=3.0, noise_correction=None, noise_rank=None,
-                 noise_pool=None, noise_refresh=None):
+                 noise_pool=None, noise_refresh=None, minibatch="uniform",
+                 minibatch_refresh=None):
         self.method = method
         self.subsample_size = subsample_size
         self.learning_rate = learning_rate
@@ -210,6 +236,8 @@ class ModelSG(SamplerConfig):
         self.noise_rank = noise_rank
         self.noise_pool = noise_pool
         self.noise_refresh = noise_refresh
+        self.minibatch = minibatch
+        self.minibatch_refresh = minibatch_refresh
 
     def validate(self, n_obs):
         if self.method not in METHODS + SBPS_METHODS:
@@ -223,6 +251,7 @@ class ModelSG(SamplerConfig):
         check_positive_int(self.n_networks_kept, "n_networks_kept")
         check_positive_int(self.n_integration_steps, "n_integration_steps")
         correction = getattr(self, "noise_correction", None)
+        self._validate_minibatch(correction)
         if correction is not None:
             if correction not in NOISE_CORRECTIONS:
                 raise ValueError(f"noise_correction must be None or one of "
@@ -275,6 +304,30 @@ class ModelSG(SamplerConfig):
                     "(Pakman et al., 2017, eq. 10), and without noise the local linear fit "
                     "interpolates and its band is too low where the network bends. Use a "
                     "smaller batch_size, or sampler='hmc' on small data.")
+
+    def _validate_minibatch(self, correction):
+        design = getattr(self, "minibatch", "uniform")
+        refresh = getattr(self, "minibatch_refresh", None)
+        if not isinstance(design, str) or design not in MINIBATCH_DESIGNS:
+            raise ValueError(f"minibatch must be one of {MINIBATCH_DESIGNS}, got {design!r}.")
+        if refresh is not None:
+            if design != "importance":
+                raise ValueError(f"minibatch_refresh={refresh!r} sets how often the design of "
+                                 "minibatch='importance' is refreshed; with minibatch="
+                                 f"{design!r} it would be ignored. Leave minibatch_refresh="
+                                 "None or use minibatch='importance'.")
+            check_positive_int(refresh, "minibatch_refresh")
+        if design == "importance":
+            if self.method == "hmc" or self.method in SBPS_METHODS:
+                raise ValueError(f"minibatch='importance' draws the minibatches of the "
+                                 f"stochastic-gradient methods {METHODS[:-1]}; sampler="
+                                 f"{self.method!r} does not use them in that way. Use "
+                                 "minibatch='uniform'.")
+            if correction is not None:
+                raise ValueError(f"noise_correction={correction!r} estimates V_hat for uniform "
+                                 "minibatches; with minibatch='importance' the gradient noise "
+                                 "has another covariance (the weighted rows'). Use one of "
+                                 "them: noise_correction=None or minibatch='uniform'.")
 
     def _pool(self, n_obs):
         pool = getattr(self, "noise_pool", None)
@@ -572,6 +625,13 @@ class _ModelChain(ChainDefaults):
             #: The current estimate and the updates made since it (kept
             #: across passes; None until the first corrected pass).
             self._pooled, self._since_estimate = None, None
+        self.importance = getattr(config, "minibatch", "uniform") == "importance"
+        if self.importance:
+            refresh = getattr(config, "minibatch_refresh", None)
+            self.design_refresh = self.steps_per_pass if refresh is None else int(refresh)
+            #: The current design and the updates made with it (kept across
+            #: passes and Gibbs steps: it does not depend on the hyperparameters).
+            self._design, self._design_age = None, 0
         #: Per pass (noise correction only): the largest eigenvalue of
         #: ``beta_hat = eta V_hat / 2`` on the pass's last minibatch, the
         #: friction the correction adds in the stiffest direction it sees.
@@ -630,6 +690,18 @@ class _ModelChain(ChainDefaults):
             refresh_every = (self.steps_per_pass if not self.lowrank or self.noise_refresh is None
                              else self.noise_refresh)
             for _ in range(self.steps_per_pass):
+                if self.importance:
+                    if self._design is None or self._design_age >= self.design_refresh:
+                        try:
+                            self._design = posterior.importance_design(
+                                state.position, hyper, self.m)
+                        except ValueError:
+                            divergent = fatal = True
+                            break
+                        self._design_age = 0
+                        cost += self.n
+                    self._design_age += 1
+                    estimator.design = self._design
                 if corrected and self.lowrank and (self._since_estimate is None
                                                    or self._since_estimate >= refresh_every):
                     self._since_estimate = 0
