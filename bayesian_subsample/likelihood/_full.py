@@ -239,16 +239,13 @@ class CentreCheck:
             # Only the remainders d_k are needed, not their slopes.  The
             # linear predictors of all draws come from one (draws, rows)
             # matrix product instead of a matrix-vector product per draw
-            # (each of which reads every pilot row); then, draw by draw (a
-            # row of pilot-length temporaries stays in cache),
+            # (each of which reads every pilot row); then
             # DifferenceEstimator.differences' operations for d_k (the
-            # family's order-0 terms are its order-1 value).  The same
-            # numbers up to the product's rounding.
-            # All draws' remainders are computed at once (element-wise the
-            # same operations, each row's variance reduced along the row as
-            # a single draw's would be), in two batches when a refusal may
-            # stop early: the first ``top`` draws, which can already refuse,
-            # then the rest.
+            # family's order-0 terms are its order-1 value), element-wise on
+            # the (draws, rows) array, each draw's variance reduced along its
+            # row: the same numbers up to the product's rounding.  When a
+            # refusal may stop early, in two batches: the first ``top``
+            # draws, which can already refuse, then the rest.
             model = self.posterior.model
             etas = (np.asarray(mean) + offsets) @ sub.Z.T
             var = np.empty(len(etas))
