@@ -181,8 +181,11 @@ class _Buffers:
         m, b = estimator.subsample_size, estimator.block_size
         self.d_cur, self.g_cur, self.d_try, self.g_try, self.coef = (
             np.empty(m) for _ in range(5))
-        #: Whether d_cur, g_cur hold the current state's per-row terms.
+        #: Whether d_cur, g_cur hold the current state's per-row terms (and
+        #: ZT the subsample's design transposed).
         self.cache_ok = np.zeros(1, dtype=np.int64)
+        self.ZT = np.empty((state.subsample.Z.shape[1], m))
+        self.eta = np.empty(m)
         self.gprop = np.empty(dim)
         self.sd, self.sg = np.empty(b), np.empty(b)
         sub = state.subsample
@@ -256,7 +259,7 @@ class _Loop:
             t["fam"], t["fam_a"], t["fam_b"], t["n_over_m"], t["n2m2"], t["ts"], t["ll"],
             t["qa"], t["qh"], t["negprec"], t["prior_log_norm"], buf.d_cur, buf.g_cur,
             buf.d_try, buf.g_try, buf.coef, buf.cache_ok, buf.gprop, buf.sidx, buf.sZ, buf.sy,
-            buf.sw, buf.sP, buf.sd, buf.sg, draws, stats, row0)
+            buf.sw, buf.sP, buf.sd, buf.sg, buf.ZT, buf.eta, draws, stats, row0)
         pool.next = int(nxt)
         return int(done)
 

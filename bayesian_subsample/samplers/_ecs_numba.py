@@ -338,7 +338,7 @@ def segment(rng, n_iter, warm, adapt_step, da, da_consts, step_size, n_steps_dra
             minv, dense, msqrt,
             fam, fam_a, fam_b, n_over_m, n2m2, ts, ll, qa, qh, negprec, prior_log_norm,
             d_cur, g_cur, d_try, g_try, coef, cache_ok, gprop, sidx, sZ, sy, sw, sP, sd, sg,
-            draws, stats, row0):
+            ZT, eta, draws, stats, row0):
     """Up to ``n_iter`` HMC-ECS iterations (Algorithm 1), in place.
 
     Stops early, before an iteration, when the proposal pool is used up
@@ -348,7 +348,10 @@ def segment(rng, n_iter, warm, adapt_step, da, da_consts, step_size, n_steps_dra
     h bar, t, mu and the current step size, updated in place); otherwise draws, with
     ``n_steps_draw[row0 + i]`` leapfrog steps and ``step_size``.  Row
     ``row0 + i`` of ``stats`` (and of ``draws`` when drawing) receives
-    iteration ``i``.  Returns ``(iterations done, pool position)``.
+    iteration ``i``.  ``cache_ok[0] == 0`` on a first call: ``d_cur``,
+    ``g_cur`` (the current rows' terms) and ``ZT`` (``Z`` transposed) are
+    filled then and kept up to date by later calls on the same subsample.
+    Returns ``(iterations done, pool position)``.
     """
     m = Z.shape[0]
     b = pidx.shape[1]
@@ -357,15 +360,13 @@ def segment(rng, n_iter, warm, adapt_step, da, da_consts, step_size, n_steps_dra
     target_accept, gamma, t0, kappa = da_consts[0], da_consts[1], da_consts[2], da_consts[3]
     lp = scal[0]
     loglik_var = scal[1]
-    # The loop's own transposed copy of the subsample's design, kept equal to
-    # Z.T below (the products of the estimates read it; Z stays the state).
-    ZT = np.empty((Z.shape[1], m))
-    transpose_into(Z, ZT)
-    eta = np.empty(m)
     if cache_ok[0] == 0:
         # d_i and g_i of the current subsample at the current theta, kept up to
         # date below: the subsample update then evaluates only its new block.
         row_terms(theta, Z, y, w, has_w, P, fam, fam_a, fam_b, 0, m, d_cur, g_cur)
+        # The loop's own transposed copy of the subsample's design, kept equal
+        # to Z.T below (the estimates' products read it; Z stays the state).
+        transpose_into(Z, ZT)
         cache_ok[0] = 1
     done = 0
     for it in range(n_iter):
