@@ -321,9 +321,10 @@ def test_a_nan_linear_predictor_gives_a_nan_estimate():
         theta = np.zeros(dim)
         theta[0] = bad
         grad = np.empty(dim)
-        lp, _ = K.estimate(theta, np.ascontiguousarray(sub.Z.T), sub.y, np.empty(0), False,
-                           _packed(sub), terms["fam"], terms["fam_a"], terms["fam_b"],
-                           terms["n_over_m"], terms["n2m2"], terms["ts"], terms["ll"],
-                           terms["qa"], terms["qh"], terms["negprec"], terms["prior_log_norm"],
-                           np.empty(m), np.empty(m), np.empty(m), np.empty(m), grad)
+        lp, _, _ = K.estimate(theta, np.ascontiguousarray(sub.Z.T), sub.y, np.empty(0), False,
+                              _packed(sub), terms["fam"], terms["fam_a"], terms["fam_b"],
+                              terms["n_over_m"], terms["n2m2"], terms["ts"], terms["ll"],
+                              terms["qa"], terms["qh"], terms["negprec"],
+                              terms["prior_log_norm"], np.empty(m), np.empty(m),
+                              np.empty((2, m)), grad, False, np.empty((2, dim)))
         assert not (np.isfinite(lp) and np.all(np.isfinite(grad)))

@@ -174,13 +174,17 @@ class _Buffers:
         dim = len(state.position)
         self.theta = np.array(state.position, dtype=np.float64)
         self.grad = np.array(state.logdensity_grad, dtype=np.float64)
-        self.scal = np.array([state.logdensity, state.loglik_var], dtype=np.float64)
+        #: log density, sigma2_hat and (filled by the loop) the mean of d.
+        self.scal = np.array([state.logdensity, state.loglik_var, np.nan], dtype=np.float64)
         self.dense = metric.inverse_mass_matrix.ndim == 2
         self.minv = np.ascontiguousarray(_as2d(metric.inverse_mass_matrix))
         self.msqrt = np.ascontiguousarray(_as2d(metric.mass_sqrt))
         m, b = estimator.subsample_size, estimator.block_size
-        self.d_cur, self.g_cur, self.d_try, self.g_try, self.coef = (
-            np.empty(m) for _ in range(5))
+        self.d_cur, self.g_cur, self.d_try = (np.empty(m) for _ in range(3))
+        #: The coefficients of eq. 4.7 (scratch) and g_i at the trajectory's points.
+        self.cg_try = np.empty((2, m))
+        #: Data part of the gradient and sum_i g_i z_i: current, trajectory end, proposal.
+        self.dz_cur, self.dz_try, self.dz_prop = (np.empty((2, dim)) for _ in range(3))
         #: Whether d_cur, g_cur hold the current state's per-row terms (and
         #: ZT the subsample's design transposed).
         self.cache_ok = np.zeros(1, dtype=np.int64)
@@ -258,8 +262,9 @@ class _Loop:
             buf.theta, buf.grad, buf.scal, buf.minv, buf.dense, buf.msqrt,
             t["fam"], t["fam_a"], t["fam_b"], t["n_over_m"], t["n2m2"], t["ts"], t["ll"],
             t["qa"], t["qh"], t["negprec"], t["prior_log_norm"], buf.d_cur, buf.g_cur,
-            buf.d_try, buf.g_try, buf.coef, buf.cache_ok, buf.gprop, buf.sidx, buf.sZ, buf.sy,
-            buf.sw, buf.sP, buf.sd, buf.sg, buf.ZT, buf.eta, draws, stats, row0)
+            buf.d_try, buf.cg_try, buf.cache_ok, buf.gprop, buf.sidx, buf.sZ, buf.sy,
+            buf.sw, buf.sP, buf.sd, buf.sg, buf.ZT, buf.eta, buf.dz_cur, buf.dz_try,
+            buf.dz_prop, draws, stats, row0)
         pool.next = int(nxt)
         return int(done)
 

@@ -274,25 +274,11 @@ def _sum_dev2(a, c, square):
     return t
 
 
-@_jit
-def combine(theta, ZT, d_arr, g_arr, coef, n_over_m, n2m2, ts, ll, qa, qh, negprec,
-            prior_log_norm, grad_out):
-    """The estimate (eqs. 4.1-4.5) and its gradient (4.7) from the per-row
-    ``d_i`` and ``g_i`` of the whole subsample, plus the control variates'
-    population sum and the diagonal Gaussian prior.  ``ZT`` is the
-    subsample's design transposed (``d x m``): the backward product
-    ``Z^T coef`` is then BLAS's ``d`` dot products of length ``m`` instead of
-    ``m`` scaled additions of length ``d`` (faster, module notes).  Writes
-    the gradient into ``grad_out`` (``coef`` is scratch) and returns
-    ``(log L_hat + log p, sigma2_hat)``."""
-    m = ZT.shape[1]
-    total = _sum_dev2(d_arr, 0.0, False)
-    mean = total / m
-    ss = _sum_dev2(d_arr, mean, True)
-    for i in range(m):
-        coef[i] = g_arr[i] * (n_over_m - (d_arr[i] - mean) * n2m2)
-    sigma2 = n2m2 * ss
-    gz = np.dot(ZT, coef)
+@_inline
+def _cv_prior(theta, ts, ll, qa, qh, negprec, prior_log_norm, gz, grad_out):
+    """The control variates' population sum (Taylor polynomial at ``ts``) and
+    the diagonal Gaussian prior at ``theta``: writes ``gz`` plus their
+    gradients into ``grad_out`` and returns ``(sum_k q_k, log p)``."""
     dq = theta - ts
     hd = np.dot(qh, dq)
     qsum = ll + np.dot(qa, dq) + np.dot(0.5 * dq, hd)
@@ -301,20 +287,88 @@ def combine(theta, ZT, d_arr, g_arr, coef, n_over_m, n2m2, ts, ll, qa, qh, negpr
         gp = negprec[j] * theta[j]
         lp_prior += gp * theta[j]
         grad_out[j] = gz[j] + (qa[j] + hd[j]) + gp
-    lp = prior_log_norm + 0.5 * lp_prior
-    return qsum + n_over_m * total - 0.5 * sigma2 + lp, sigma2
+    return qsum, prior_log_norm + 0.5 * lp_prior
+
+
+@_jit
+def combine(theta, ZT, d_arr, cg, n_over_m, n2m2, ts, ll, qa, qh, negprec, prior_log_norm,
+            grad_out, split, dz):
+    """The estimate (eqs. 4.1-4.5) and its gradient (4.7) from the per-row
+    ``d_i`` and ``g_i = cg[1]`` of the whole subsample, plus the control
+    variates' population sum and the diagonal Gaussian prior.  ``ZT`` is the
+    subsample's design transposed (``d x m``): the backward product
+    ``Z^T coef`` is then BLAS's ``d`` dot products of length ``m`` instead of
+    ``m`` scaled additions of length ``d`` (faster, module notes).  Writes
+    the gradient into ``grad_out`` (``cg[0]`` is scratch for the
+    coefficients) and returns ``(log L_hat + log p, sigma2_hat, mean d)``.
+    With ``split`` it also writes the data part ``Z^T coef`` of the gradient
+    and ``sum_i g_i z_i`` into the rows of ``dz`` (one BLAS product with two
+    right-hand sides, 0.5 us more than one): what :func:`_swap_gradient`
+    needs to update the gradient when the subsample changes."""
+    m = ZT.shape[1]
+    coef = cg[0]
+    g_arr = cg[1]
+    total = _sum_dev2(d_arr, 0.0, False)
+    mean = total / m
+    ss = _sum_dev2(d_arr, mean, True)
+    for i in range(m):
+        coef[i] = g_arr[i] * (n_over_m - (d_arr[i] - mean) * n2m2)
+    sigma2 = n2m2 * ss
+    if split:
+        both = np.dot(ZT, cg.T)
+        for j in range(both.shape[0]):
+            dz[0, j] = both[j, 0]
+            dz[1, j] = both[j, 1]
+        gz = dz[0]
+    else:
+        gz = np.dot(ZT, coef)
+    qsum, lp = _cv_prior(theta, ts, ll, qa, qh, negprec, prior_log_norm, gz, grad_out)
+    return qsum + n_over_m * total - 0.5 * sigma2 + lp, sigma2, mean
 
 
 @_jit
 def estimate(theta, ZT, y, w, has_w, P, fam, fam_a, fam_b, n_over_m, n2m2, ts, ll, qa, qh,
-             negprec, prior_log_norm, eta, d_arr, g_arr, coef, grad_out):
+             negprec, prior_log_norm, eta, d_arr, cg, grad_out, split, dz):
     """The perturbed log-posterior estimate at ``theta`` on the whole subsample,
     from its transposed design ``ZT``: :func:`_forward`, :func:`_terms` of
-    every row, then :func:`combine`."""
+    every row (``g_i`` into ``cg[1]``), then :func:`combine`."""
     _forward(ZT, theta, eta)
-    _terms(eta, y, w, has_w, P, fam, fam_a, fam_b, 0, d_arr, g_arr)
-    return combine(theta, ZT, d_arr, g_arr, coef, n_over_m, n2m2, ts, ll, qa, qh, negprec,
-                   prior_log_norm, grad_out)
+    _terms(eta, y, w, has_w, P, fam, fam_a, fam_b, 0, d_arr, cg[1])
+    return combine(theta, ZT, d_arr, cg, n_over_m, n2m2, ts, ll, qa, qh, negprec,
+                   prior_log_norm, grad_out, split, dz)
+
+
+@_jit
+def _swap_gradient(Z, sZ, lo, d_cur, g_cur, sd, sg, mean, mean_new, n_over_m, n2m2, dz,
+                   dz_new):
+    """The data part of the gradient (eq. 4.7) and ``sum_i g_i z_i`` after
+    rows ``lo:lo + b`` of the subsample were replaced, at the same theta,
+    from their values ``dz`` before (``O(b d)`` instead of the ``O(m d)``
+    product).  The new rows' design, ``d_i`` and ``g_i`` are in ``Z``,
+    ``d_cur`` and ``g_cur``; the old rows' in ``sZ``, ``sd`` and ``sg``;
+    ``mean``, ``mean_new``: the mean of ``d`` before and after.
+
+    Every other row keeps ``d_i`` and ``g_i``, and its coefficient
+    ``g_i (n/m - (d_i - mean) n^2/m^2)`` only shifts by
+    ``g_i (mean_new - mean) n^2/m^2``, so the new sum is the old one plus that
+    shift times ``sum_i g_i z_i``, minus the old rows' terms, plus the new
+    rows'.  Equal to the full product up to rounding (the updates cancel
+    nothing large: the shift is the change of a mean by one block)."""
+    dim = dz.shape[1]
+    shift = (mean_new - mean) * n2m2
+    for j in range(dim):
+        dz_new[0, j] = dz[0, j] + shift * dz[1, j]
+        dz_new[1, j] = dz[1, j]
+    for r in range(sd.shape[0]):
+        go = sg[r]
+        co = go * (n_over_m - (sd[r] - mean) * n2m2) + shift * go
+        gn = g_cur[lo + r]
+        cn = gn * (n_over_m - (d_cur[lo + r] - mean_new) * n2m2)
+        for j in range(dim):
+            zo = sZ[r, j]
+            zn = Z[lo + r, j]
+            dz_new[0, j] += cn * zn - co * zo
+            dz_new[1, j] += gn * zn - go * zo
 
 
 @_jit
@@ -346,8 +400,8 @@ def segment(rng, n_iter, warm, adapt_step, da, da_consts, step_size, n_steps_dra
             theta, grad, scal,
             minv, dense, msqrt,
             fam, fam_a, fam_b, n_over_m, n2m2, ts, ll, qa, qh, negprec, prior_log_norm,
-            d_cur, g_cur, d_try, g_try, coef, cache_ok, gprop, sidx, sZ, sy, sw, sP, sd, sg,
-            ZT, eta, draws, stats, row0):
+            d_cur, g_cur, d_try, cg_try, cache_ok, gprop, sidx, sZ, sy, sw, sP, sd, sg,
+            ZT, eta, dz_cur, dz_try, dz_prop, draws, stats, row0):
     """Up to ``n_iter`` HMC-ECS iterations (Algorithm 1), in place.
 
     Stops early, before an iteration, when the proposal pool is used up
@@ -358,9 +412,12 @@ def segment(rng, n_iter, warm, adapt_step, da, da_consts, step_size, n_steps_dra
     ``n_steps_draw[row0 + i]`` leapfrog steps and ``step_size``.  Row
     ``row0 + i`` of ``stats`` (and of ``draws`` when drawing) receives
     iteration ``i``.  ``cache_ok[0] == 0`` on a first call: ``d_cur``,
-    ``g_cur`` (the current rows' terms) and ``ZT`` (``Z`` transposed) are
-    filled then and kept up to date by later calls on the same subsample.
-    Returns ``(iterations done, pool position)``.
+    ``g_cur`` (the current rows' terms), ``ZT`` (``Z`` transposed), ``dz_cur``
+    (the data part of the current gradient and ``sum_i g_i z_i``) and
+    ``scal[2]`` (the current mean of ``d``) are filled then and kept up to
+    date by later calls on the same subsample.  ``scal`` holds the current
+    log density and ``sigma2_hat`` (read and written).  Returns
+    ``(iterations done, pool position)``.
     """
     m = Z.shape[0]
     b = pidx.shape[1]
@@ -376,7 +433,14 @@ def segment(rng, n_iter, warm, adapt_step, da, da_consts, step_size, n_steps_dra
         # The loop's own transposed copy of the subsample's design, kept equal
         # to Z.T below (the estimates' products read it; Z stays the state).
         transpose_into(Z, ZT)
+        # The current gradient's data part and sum_i g_i z_i (_swap_gradient).
+        cg0 = np.empty((2, m))
+        cg0[1] = g_cur
+        first = combine(theta, ZT, d_cur, cg0, n_over_m, n2m2, ts, ll, qa, qh, negprec,
+                        prior_log_norm, gprop, True, dz_cur)
+        scal[2] = first[2]
         cache_ok[0] = 1
+    mean = scal[2]
     done = 0
     for it in range(n_iter):
         if pool_next >= n_pool:
@@ -414,8 +478,16 @@ def segment(rng, n_iter, warm, adapt_step, da, da_consts, step_size, n_steps_dra
             sd[r] = d_cur[lo + r]
             sg[r] = g_cur[lo + r]
         row_terms(theta, Z, y, w, has_w, P, fam, fam_a, fam_b, lo, lo + b, d_cur, g_cur)
-        lp_prop, s2_prop = combine(theta, ZT, d_cur, g_cur, coef, n_over_m, n2m2, ts, ll, qa,
-                                   qh, negprec, prior_log_norm, gprop)
+        # Its value from the sums over all m rows (eqs. 4.3-4.5); its gradient
+        # by updating the current one for the b rows that changed.
+        total_prop = _sum_dev2(d_cur, 0.0, False)
+        mean_prop = total_prop / m
+        s2_prop = n2m2 * _sum_dev2(d_cur, mean_prop, True)
+        _swap_gradient(Z, sZ, lo, d_cur, g_cur, sd, sg, mean, mean_prop, n_over_m, n2m2,
+                       dz_cur, dz_prop)
+        qsum, lp_pr = _cv_prior(theta, ts, ll, qa, qh, negprec, prior_log_norm, dz_prop[0],
+                                gprop)
+        lp_prop = qsum + n_over_m * total_prop - 0.5 * s2_prop + lp_pr
         u_acc = False
         if math.isfinite(lp_prop):
             u_rate = math.exp(min(0.0, lp_prop - lp))
@@ -423,8 +495,11 @@ def segment(rng, n_iter, warm, adapt_step, da, da_consts, step_size, n_steps_dra
                 u_acc = True
                 lp = lp_prop
                 loglik_var = s2_prop
+                mean = mean_prop
                 for j in range(dim):
                     grad[j] = gprop[j]
+                    dz_cur[0, j] = dz_prop[0, j]
+                    dz_cur[1, j] = dz_prop[1, j]
         else:
             u_rate = 0.0
         if not u_acc:
@@ -456,12 +531,15 @@ def segment(rng, n_iter, warm, adapt_step, da, da_consts, step_size, n_steps_dra
         diverged = False
         n_evals = n_steps
         last = n_steps - 1
+        mean_x = 0.0
         for s in range(n_steps):
             x = x + eps * _velocity(minv, dense, p)
             g_x = np.empty(dim)
-            lp_x, s2_x = estimate(x, ZT, y, w, has_w, P, fam, fam_a, fam_b, n_over_m, n2m2,
-                                  ts, ll, qa, qh, negprec, prior_log_norm, eta, d_try, g_try,
-                                  coef, g_x)
+            # The last step's end point may become the current state: it also
+            # keeps what the next subsample update needs (dz_try).
+            lp_x, s2_x, mean_x = estimate(x, ZT, y, w, has_w, P, fam, fam_a, fam_b, n_over_m,
+                                          n2m2, ts, ll, qa, qh, negprec, prior_log_norm, eta,
+                                          d_try, cg_try, g_x, s == last, dz_try)
             if not (math.isfinite(lp_x) and _all_finite(g_x)):
                 diverged = True
                 n_evals = s + 1
@@ -484,9 +562,13 @@ def segment(rng, n_iter, warm, adapt_step, da, da_consts, step_size, n_steps_dra
                 grad[j] = g_x[j]
             for i in range(m):  # the end point's d_i, g_i are the current ones now
                 d_cur[i] = d_try[i]
-                g_cur[i] = g_try[i]
+                g_cur[i] = cg_try[1, i]
+            for j in range(dim):
+                dz_cur[0, j] = dz_try[0, j]
+                dz_cur[1, j] = dz_try[1, j]
             lp = lp_x
             loglik_var = s2_x
+            mean = mean_x
             energy = energy0 + energy_error
         else:
             energy = energy0
@@ -524,4 +606,5 @@ def segment(rng, n_iter, warm, adapt_step, da, da_consts, step_size, n_steps_dra
         done += 1
     scal[0] = lp
     scal[1] = loglik_var
+    scal[2] = mean
     return done, pool_next
