@@ -7,10 +7,10 @@ subsample (eq. 3.5, §3.3): the same transition as :func:`.hmc_ecs.step` on a
 warm-up's dual averaging (Hoffman and Gelman, 2014) and the draw loop of
 :func:`._driver.run`, compiled as one loop over iterations
 (:mod:`._ecs_numba`).  The numpy kernel spends most of its ~0.2 ms per
-iteration (m = 1000, L = 3, d = 29) on interpreter and call overhead; the
-arithmetic of one iteration (L + 1 estimates, each two ``m x d``
-matrix-vector products and O(m) scalar work) is a few hundred thousand
-flops.  Per-iteration work stays O(m d): only the subsample's rows and the
+iteration (m = 1000, L = 3, d = 30) on interpreter and call overhead; the
+arithmetic of one iteration (L estimates, each two ``m x d`` matrix-vector
+products and O(m) scalar work, and the subsample update's O(m + m d / G))
+is a few hundred thousand flops.  Per-iteration work stays O(m d): only the subsample's rows and the
 proposal pool are touched, never the data.
 
 What it serves (:func:`plan`): one linear predictor per row, the logistic,
@@ -46,18 +46,33 @@ equivalent chains.  With ``backend="auto"`` the same seed on at least
 :data:`AUTO_MIN_ROWS` rows can therefore give different draws depending on
 whether numba is installed; ``backend="numpy"`` gives draws independent of it.
 
-Two places compute the same values another way (equal up to rounding): the
-subsample update keeps the current rows' ``d_i`` and ``g_i`` at the
-current theta and evaluates only the ``m / G`` new rows (the sums of eqs.
-4.3 and 4.7 still run over all ``m`` rows), so it costs one backward
-product instead of a whole estimate; and the logistic softplus
-``log1p(exp(-|eta|))`` is summed as its atanh series
-(:func:`._ecs_numba.log1p_unit`, within a few ulp of ``log1p``) of an
-``exp`` computed without libm (:func:`._ecs_numba.exp_vec`, Cody-Waite
-reduction and a degree-13 series, within 1 ulp of ``math.exp`` on the
-tested grids; also the Poisson mean), so that the row loops vectorise.
-Measured: 3.5 times the numpy kernel's speed per iteration, about a third
-of the numpy floor (``benchmarks/bench_iteration.py``, ``doc/benchmarks.rst``).
+Several places compute the same values another way (equal up to rounding;
+:mod:`._ecs_numba` has the details):
+
+* the subsample update keeps the current rows' ``d_i`` and ``g_i`` at the
+  current theta and evaluates only the ``m / G`` new rows (the sums of eqs.
+  4.3-4.5 still run over all ``m`` rows), and updates the gradient (eq. 4.7)
+  instead of recomputing it: the unchanged rows' coefficients shift with the
+  mean of ``d``, so the new gradient is the current one plus that shift
+  times ``sum_i g_i z_i``, minus the old block's terms, plus the new block's
+  (:func:`._ecs_numba._swap_gradient`; the last leapfrog step keeps
+  ``sum_i g_i z_i`` for it) -- no product over the subsample;
+* the loop keeps the subsample's design transposed (``d x m``) beside it:
+  the forward product is vectorised scaled additions of its rows in a fixed
+  order, the backward product BLAS's ``d`` dot products of length ``m``;
+  sums over rows use eight interleaved partial sums;
+* the logistic softplus ``log1p(exp(-|eta|))`` is summed as its atanh
+  series (:func:`._ecs_numba.log1p_unit`, within a few ulp of ``log1p``)
+  of an ``exp`` computed without libm (:func:`._ecs_numba.exp_vec`,
+  Cody-Waite reduction and a degree-13 series, within 1 ulp of
+  ``math.exp`` on the tested grids; also the Poisson mean), so that the
+  row loops vectorise.
+
+Measured (``benchmarks/bench_iteration.py`` and
+``benchmarks/bench_iteration_interleaved.py``, ``doc/benchmarks.rst``):
+0.036-0.039 ms per iteration at ``m = 1000``, ``L = 3``, ``d = 30``, 5.1-5.6
+times the numpy kernel's speed and 0.21-0.23 of the numpy floor; 0.6 of the
+time of the loop before the changes above, interleaved in one process.
 
 Stop requests and the progress callback are handled between segments of
 :data:`SEGMENT` iterations (the numpy driver checks before every

@@ -11,8 +11,17 @@ The arithmetic is that of :meth:`~bayesian_subsample.likelihood.DifferenceEstima
 :func:`.hmc_ecs.update_subsample` (eq. 3.5 with the block proposal of §3.3),
 of :func:`.hmc.step` with :func:`.integrators.leapfrog_unguarded` (eqs.
 3.6-3.7) and of :func:`.adaptation.dual_averaging_update`, operation by
-operation where the order matters for rounding; the matrix-vector products
-are BLAS calls, as in numpy.  Random numbers come from the caller's
+operation where the order matters for rounding, except where the loop does
+the same work faster another way (equal up to rounding): it keeps the
+subsample's design transposed (``ZT``, ``d x m``) for the forward product
+(:func:`_forward`, vectorised scaled additions in a fixed order) and the
+backward one (BLAS's ``d`` dot products of length ``m``); sums over rows use
+eight interleaved partial sums (:func:`_sum_dev2`); the subsample update
+updates the gradient for the changed block instead of recomputing it
+(:func:`_swap_gradient`).  Measured at ``m = 1000``, ``d = 30`` (one core,
+in-numba loops): one estimate 9.3 us (forward 2.4, row terms 2.9,
+backward 3.0), against 15.8 us with libm's ``exp``, BLAS on the row-major
+design and single running sums.  Random numbers come from the caller's
 :class:`numpy.random.Generator`, through numba's support for it (numpy's own
 algorithms on the same bit generator), in the order the numpy kernel draws
 them, including the draws it makes only conditionally.  Same operations is
