@@ -179,18 +179,30 @@ class ImportanceDesign:
         self.p = qr / qr.sum() if len(qr) else qr
         self._cdf = np.cumsum(self.p)
 
-    def draw(self, rng):
+    def draw(self, rng, noise=False):
         """Rows and weights of one minibatch: ``(idx, w)``, ``idx`` sorted and distinct,
-        ``G_hat = sum_k w_k grad_{idx_k}``."""
+        ``G_hat = sum_k w_k grad_{idx_k}``.
+
+        With ``noise=True`` also ``c``, the per-row weights of the estimate
+        ``V_hat = sum_k c_k grad_{idx_k} grad_{idx_k}^T`` of ``Var G_hat``:
+        ``c_k = w_k^2 / (times drawn)`` (``(1 / m_R^2) sum_j z_j z_j^T``, ``z_j
+        = grad_{i_j} / p_{i_j}`` over the draws, the empirical Fisher of the
+        draws, which estimates ``(1 / m_R) sum_R grad_i grad_i^T / p_i``, the
+        covariance plus ``G_R G_R^T / m_R``), 0 for the certainty stratum.
+        """
         if self.n_draws == 0:
-            return self.certain, np.ones(len(self.certain))
+            idx, w = self.certain, np.ones(len(self.certain))
+            return (idx, w, np.zeros(len(idx))) if noise else (idx, w)
         k = np.searchsorted(self._cdf, rng.random(self.n_draws) * self._cdf[-1], side="right")
         k, counts = np.unique(np.minimum(k, len(self.rest) - 1), return_counts=True)
         idx = np.concatenate([self.certain, self.rest[k]])
-        w = np.concatenate([np.ones(len(self.certain)),
-                            counts / (self.n_draws * self.p[k])])
+        drawn = counts / (self.n_draws * self.p[k])
+        w = np.concatenate([np.ones(len(self.certain)), drawn])
         order = np.argsort(idx, kind="stable")
-        return idx[order], w[order]
+        if not noise:
+            return idx[order], w[order]
+        c = np.concatenate([np.zeros(len(self.certain)), drawn * drawn / counts])
+        return idx[order], w[order], c[order]
 
     def variance_trace(self, square_norms, rest_gradient):
         """``tr Var G_hat`` for per-row gradients with squared norms
@@ -242,6 +254,12 @@ class ModelMinibatchGradient:
         """
         p = self.posterior
         rows_fn = p.model_method("loglik_grad_and_rows")
+        if self.design is not None:
+            # The weighted estimate and its design's V_hat (uncentred only).
+            idx, w, c = self.design.draw(rng, noise=True)
+            _, _, rows = rows_fn(position, idx, self.hyper.noise_precision)
+            grad = rows.transpose_apply(w) - self._prior_precision * position
+            return grad, MinibatchGradientNoise(rows, p.n_obs, row_weights=c)
         idx = sample_without_replacement(rng, p.n_obs, self.subsample_size)
         _, g, rows = rows_fn(position, np.sort(idx), self.hyper.noise_precision)
         grad = (p.n_obs / self.subsample_size) * g - self._prior_precision * position
@@ -404,18 +422,29 @@ class MinibatchGradientNoise:
         Linear maps of the per-row gradients (:meth:`MLP.loglik_grad_and_rows`).
     n_obs : int
     centred : bool, default=False
+    row_weights : None or ndarray (m,)
+        ``c``: then ``V_hat = J^T diag(c) J`` (uncentred only), the estimate
+        for an importance-sampled minibatch (:meth:`ImportanceDesign.draw`
+        with ``noise=True``); needs ``rows.scaled``.
     """
 
-    def __init__(self, rows, n_obs, centred=False):
-        self._rows = rows
+    def __init__(self, rows, n_obs, centred=False, row_weights=None):
         m = int(rows.n_rows)
         self.subsample_size = m
         self.centred = bool(centred)
         fpc = (n_obs * n_obs / m) * (1.0 - m / n_obs)
-        if self.centred:
+        if row_weights is not None:
+            # V_hat = J^T diag(c) J (importance-sampled minibatches,
+            # ImportanceDesign.draw): the rows scaled by sqrt(c), factor 1.
+            if self.centred:
+                raise ValueError("Row weights give the uncentred estimate only.")
+            rows = rows.scaled(np.sqrt(np.asarray(row_weights, dtype=np.float64)))
+            self.factor = 1.0
+        elif self.centred:
             self.factor = fpc / (m - 1) if m > 1 else 0.0
         else:
             self.factor = fpc / m
+        self._rows = rows
         self._gram = None
 
     def _d(self, u):

@@ -487,6 +487,11 @@ class _GradientRows:
         return _GradientRows(self._net, [a[keep] for a in self._acts], self._delta[keep],
                              self._layers)
 
+    def scaled(self, s):
+        """The same maps with row ``i``'s gradient multiplied by ``s[i]``."""
+        s = np.asarray(s, dtype=np.float64).astype(self.dtype)
+        return _GradientRows(self._net, self._acts, self._delta * s[:, None], self._layers)
+
     def apply(self, u):
         dz = self._net.tangent(u, self._acts, self._layers)
         return np.einsum("ij,ij->i", self._delta, dz, dtype=np.float64)

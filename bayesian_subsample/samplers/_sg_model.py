@@ -61,8 +61,11 @@ scaled by ``n / m``), ``momentum_decay`` is ``alpha``:
   rows (its ``n`` evaluations are counted); it is made before the first
   update of a pass, or every ``minibatch_refresh`` updates, and kept across
   Gibbs steps (the design does not depend on the hyperparameters).  The
-  kernels are unchanged: only the gradient noise is smaller.  Not combined
-  with ``noise_correction`` (whose ``V_hat`` is that of uniform minibatches);
+  kernels are unchanged: only the gradient noise is smaller.  With
+  ``noise_correction="fisher"`` the friction's ``V_hat`` is the design's
+  (the weighted draws' empirical Fisher, :meth:`ImportanceDesign.draw`);
+  the other corrections estimate the noise of uniform minibatches and are
+  refused;
 * ``"sgld"``: ``theta <- theta + eta g + N(0, 2 eta)``: the SGLD kernel with
   ``eps = 2 eta`` (its convention is ``theta + (eps/2) g + N(0, eps)``);
 * ``"sgd_momentum"``: the SG-HMC kernel with ``B_hat = C`` (no injected
@@ -204,8 +207,9 @@ class ModelSG(SamplerConfig):
         of rows in every minibatch, weighted so that the estimate stays
         unbiased (:class:`~bayesian_subsample.likelihood.ImportanceDesign`,
         which gives its variance); each refresh is a pass over all rows
-        (``n`` evaluations, counted in ``n_obs_evaluated``).  Not with
-        ``noise_correction`` (its ``V_hat`` assumes uniform minibatches).
+        (``n`` evaluations, counted in ``n_obs_evaluated``).  With
+        ``noise_correction``, "fisher" only (``V_hat`` from the weighted
+        draws; the others assume uniform minibatches).
     minibatch_refresh : None or int, default=None
         "importance" only: kernel updates between refreshes of the design.
         None: one per pass, at its start (the cost of a pass doubles).
@@ -323,11 +327,12 @@ class ModelSG(SamplerConfig):
                                  f"stochastic-gradient methods {METHODS[:-1]}; sampler="
                                  f"{self.method!r} does not use them in that way. Use "
                                  "minibatch='uniform'.")
-            if correction is not None:
+            if correction not in (None, "fisher"):
                 raise ValueError(f"noise_correction={correction!r} estimates V_hat for uniform "
-                                 "minibatches; with minibatch='importance' the gradient noise "
-                                 "has another covariance (the weighted rows'). Use one of "
-                                 "them: noise_correction=None or minibatch='uniform'.")
+                                 "minibatches; with minibatch='importance' only 'fisher' has "
+                                 "the design's estimate (the weighted draws' empirical "
+                                 "Fisher). Use noise_correction='fisher' or None, or "
+                                 "minibatch='uniform'.")
 
     def _pool(self, n_obs):
         pool = getattr(self, "noise_pool", None)
@@ -701,7 +706,9 @@ class _ModelChain(ChainDefaults):
                         self._design_age = 0
                         cost += self.n
                     self._design_age += 1
-                    estimator.design = self._design
+                    # The minibatch estimator itself (under "fisher"'s recorder).
+                    (estimator.estimator if isinstance(estimator, _RecordNoise)
+                     else estimator).design = self._design
                 if corrected and self.lowrank and (self._since_estimate is None
                                                    or self._since_estimate >= refresh_every):
                     self._since_estimate = 0
