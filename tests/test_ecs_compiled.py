@@ -361,3 +361,39 @@ def test_subsample_update_gradient_equals_the_full_product():
     assert np.all(np.abs(got - want) <= 1e-12 * scale), np.abs(got - want) / scale
     K._swap_gradient(Z2, sZ, lo, d2, g2, sd, sg, mean, mean, n_over_m, n2m2, dz, got)
     assert not np.all(np.abs(got - want) <= 1e-12 * scale)
+
+
+def test_a_continued_chain_takes_over_the_loops_gradient_parts(monkeypatch):
+    """The compiled loop updates (does not recompute) the gradient's data part
+    after a subsample change, so a continued chain must start from the parts
+    the loop kept, not from a recomputation that may differ in the last bit:
+    the state carries them, and they are used only for the very state they
+    were left at (a changed position or subsample recomputes)."""
+    post, kw = PROBLEMS["logistic_weighted_diag"]()
+    config = HMCECS(backend="numba", **kw)
+    prep = config.prepare(np.random.default_rng(0), post)
+    rng = np.random.default_rng(3)
+    part = config.run_chain(rng, post, prep, 30, 25)
+    state = part.resume["state"]
+    assert state.kernel_cache is not None
+    assert _ecs_compiled._cache_matches(state, state.subsample)
+    moved = state._replace(position=state.position + 1e-9)
+    assert not _ecs_compiled._cache_matches(moved, moved.subsample)
+    other = state.subsample._replace(indices=state.subsample.indices[::-1].copy())
+    assert not _ecs_compiled._cache_matches(state._replace(subsample=other), other)
+    assert not _ecs_compiled._cache_matches(state._replace(kernel_cache=None), state.subsample)
+    # The continued chain's loop starts from them (cache_ok 2) and is the
+    # longer chain, bit for bit.
+    seen = []
+    init = _ecs_compiled._Loop.__init__
+
+    def spy(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        seen.append((int(self.buf.cache_ok[0]), self.buf.dz_cur.copy()))
+
+    monkeypatch.setattr(_ecs_compiled._Loop, "__init__", spy)
+    more = config.run_chain(rng, post, prep, 0, 40, resume=part.resume)
+    monkeypatch.undo()
+    assert seen[0][0] == 2 and np.array_equal(seen[0][1], state.kernel_cache[3])
+    whole = config.run_chain(np.random.default_rng(3), post, prep, 30, 65)
+    assert np.array_equal(np.vstack([part.draws, more.draws]), whole.draws)

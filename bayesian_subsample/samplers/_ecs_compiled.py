@@ -259,6 +259,11 @@ class _Loop:
         self.sub, self.P = sub, _packed(sub)
         self.w = sub.w if sub.w is not None else np.empty(0)
         self.buf = _Buffers(estimator, state, metric)
+        if _cache_matches(state, sub):
+            # The gradient's parts as the earlier loop left them (they were
+            # updated, not recomputed, after its last subsample changes).
+            self.buf.dz_cur[:] = state.kernel_cache[3]
+            self.buf.cache_ok[0] = 2
         self.adapt_step = bool(adapt_step)
         self.da_consts = np.array([float(target_accept), 0.05, 10.0, 0.75])
         self.trajectory, self.max_steps = float(trajectory), int(max_steps)
@@ -288,8 +293,23 @@ class _Loop:
         from .hmc_ecs import HMCECSState
 
         buf = self.buf
-        return HMCECSState(buf.theta.copy(), float(buf.scal[0]), buf.grad.copy(), self.sub,
-                           float(buf.scal[1]), 1.0)
+        theta, lp = buf.theta.copy(), float(buf.scal[0])
+        cache = None
+        if buf.cache_ok[0] == 1:
+            cache = (theta.copy(), lp, self.sub.indices.copy(), buf.dz_cur.copy())
+        return HMCECSState(theta, lp, buf.grad.copy(), self.sub, float(buf.scal[1]), 1.0, cache)
+
+
+def _cache_matches(state, sub):
+    """Whether ``state.kernel_cache`` was left by a compiled loop at this very
+    state: same position and log density (bit for bit) and same subsample
+    rows.  Anything else (no cache, or a state changed since) recomputes."""
+    cache = getattr(state, "kernel_cache", None)
+    if cache is None:
+        return False
+    theta, lp, indices, _ = cache
+    return (np.array_equal(theta, state.position) and lp == state.logdensity
+            and np.array_equal(indices, sub.indices))
 
 
 def run_iterations(rng, estimator, state, params, n_iter):

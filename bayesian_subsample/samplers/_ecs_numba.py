@@ -212,10 +212,19 @@ def _terms(eta, y, w, has_w, P, fam, fam_a, fam_b, lo, d_arr, g_arr):
 
 
 @_jit
-def row_terms(theta, Z, y, w, has_w, P, fam, fam_a, fam_b, lo, hi, d_arr, g_arr):
-    """:func:`_terms` of rows ``lo:hi`` at ``theta`` (``eta`` by a BLAS product
-    of those rows of ``Z``; used for the subsample update's new block)."""
-    _terms(np.dot(Z[lo:hi], theta), y, w, has_w, P, fam, fam_a, fam_b, lo, d_arr, g_arr)
+def row_terms(theta, Z, y, w, has_w, P, fam, fam_a, fam_b, lo, hi, eta, d_arr, g_arr):
+    """:func:`_terms` of rows ``lo:hi`` at ``theta`` (used for the subsample
+    update's new block).  ``eta_i`` is summed over ``j`` in order, as in
+    :func:`_forward`, so a row's terms have the same bits whichever of the two
+    computed them (a continued chain recomputes them with :func:`_forward`
+    and must find the values the uninterrupted chain kept)."""
+    n = hi - lo
+    for r in range(n):
+        e = Z[lo + r, 0] * theta[0]
+        for j in range(1, Z.shape[1]):
+            e = e + Z[lo + r, j] * theta[j]
+        eta[r] = e
+    _terms(eta[:n], y, w, has_w, P, fam, fam_a, fam_b, lo, d_arr, g_arr)
 
 
 @_inline
@@ -424,8 +433,9 @@ def segment(rng, n_iter, warm, adapt_step, da, da_consts, step_size, n_steps_dra
     ``g_cur`` (the current rows' terms), ``ZT`` (``Z`` transposed), ``dz_cur``
     (the data part of the current gradient and ``sum_i g_i z_i``) and
     ``scal[2]`` (the current mean of ``d``) are filled then and kept up to
-    date by later calls on the same subsample.  ``scal`` holds the current
-    log density and ``sigma2_hat`` (read and written).  Returns
+    date by later calls on the same subsample (``cache_ok[0] == 2``: all but
+    ``dz_cur``, which the caller gave: a continued chain's).  ``scal`` holds
+    the current log density and ``sigma2_hat`` (read and written).  Returns
     ``(iterations done, pool position)``.
     """
     m = Z.shape[0]
@@ -435,19 +445,25 @@ def segment(rng, n_iter, warm, adapt_step, da, da_consts, step_size, n_steps_dra
     target_accept, gamma, t0, kappa = da_consts[0], da_consts[1], da_consts[2], da_consts[3]
     lp = scal[0]
     loglik_var = scal[1]
-    if cache_ok[0] == 0:
-        # d_i and g_i of the current subsample at the current theta, kept up to
-        # date below: the subsample update then evaluates only its new block.
-        row_terms(theta, Z, y, w, has_w, P, fam, fam_a, fam_b, 0, m, d_cur, g_cur)
+    if cache_ok[0] != 1:
         # The loop's own transposed copy of the subsample's design, kept equal
         # to Z.T below (the estimates' products read it; Z stays the state).
         transpose_into(Z, ZT)
-        # The current gradient's data part and sum_i g_i z_i (_swap_gradient).
-        cg0 = np.empty((2, m))
-        cg0[1] = g_cur
-        first = combine(theta, ZT, d_cur, cg0, n_over_m, n2m2, ts, ll, qa, qh, negprec,
-                        prior_log_norm, gprop, True, dz_cur)
-        scal[2] = first[2]
+        # d_i and g_i of the current subsample at the current theta, kept up to
+        # date below: the subsample update then evaluates only its new block.
+        # Every row's terms are computed by the same arithmetic wherever they
+        # are (here, an estimate, the new block), so these are the values an
+        # uninterrupted chain kept.
+        _forward(ZT, theta, eta)
+        _terms(eta, y, w, has_w, P, fam, fam_a, fam_b, 0, d_cur, g_cur)
+        if cache_ok[0] == 0:
+            # The current gradient's data part and sum_i g_i z_i
+            # (_swap_gradient); cache_ok 2: given by the caller.
+            cg0 = np.empty((2, m))
+            cg0[1] = g_cur
+            combine(theta, ZT, d_cur, cg0, n_over_m, n2m2, ts, ll, qa, qh, negprec,
+                    prior_log_norm, gprop, True, dz_cur)
+        scal[2] = _sum_dev2(d_cur, 0.0, False) / m
         cache_ok[0] = 1
     mean = scal[2]
     done = 0
@@ -486,7 +502,7 @@ def segment(rng, n_iter, warm, adapt_step, da, da_consts, step_size, n_steps_dra
         for r in range(b):
             sd[r] = d_cur[lo + r]
             sg[r] = g_cur[lo + r]
-        row_terms(theta, Z, y, w, has_w, P, fam, fam_a, fam_b, lo, lo + b, d_cur, g_cur)
+        row_terms(theta, Z, y, w, has_w, P, fam, fam_a, fam_b, lo, lo + b, eta, d_cur, g_cur)
         # Its value from the sums over all m rows (eqs. 4.3-4.5); its gradient
         # by updating the current one for the b rows that changed.
         total_prop = _sum_dev2(d_cur, 0.0, False)

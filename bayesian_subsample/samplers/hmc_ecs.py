@@ -63,6 +63,10 @@ class HMCECSState(NamedTuple):
     loglik_var: float
     #: Sign of the likelihood estimate (signed HMC-ECS, eq. 5.3); +1 otherwise.
     sign: float = 1.0
+    #: Compiled kernel only (``None`` otherwise): what its loop keeps beside
+    #: the state and cannot recompute to the bit, so that a continued chain
+    #: equals the uninterrupted one (``_ecs_compiled._Loop.state``).
+    kernel_cache: object = None
 
 
 class HMCECSInfo(NamedTuple):
