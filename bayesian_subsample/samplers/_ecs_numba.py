@@ -454,15 +454,18 @@ def segment(rng, n_iter, warm, adapt_step, da, da_consts, step_size, n_steps_dra
         # Every row's terms are computed by the same arithmetic wherever they
         # are (here, an estimate, the new block), so these are the values an
         # uninterrupted chain kept.
-        _forward(ZT, theta, eta)
-        _terms(eta, y, w, has_w, P, fam, fam_a, fam_b, 0, d_cur, g_cur)
-        if cache_ok[0] == 0:
-            # The current gradient's data part and sum_i g_i z_i
-            # (_swap_gradient); cache_ok 2: given by the caller.
-            cg0 = np.empty((2, m))
-            cg0[1] = g_cur
-            combine(theta, ZT, d_cur, cg0, n_over_m, n2m2, ts, ll, qa, qh, negprec,
-                    prior_log_norm, gprop, True, dz_cur)
+        # With them the current gradient's data part and sum_i g_i z_i
+        # (_swap_gradient), unless the caller gave those (cache_ok 2).  By a
+        # call of estimate, not its inlined parts: a second inlined copy of
+        # the row terms cost seconds of compilation, and so would a literal
+        # argument (another specialisation), hence ``fresh``.
+        fresh = cache_ok[0] == 0
+        cg0 = np.empty((2, m))
+        estimate(theta, ZT, y, w, has_w, P, fam, fam_a, fam_b, n_over_m, n2m2, ts, ll, qa,
+                 qh, negprec, prior_log_norm, eta, d_cur, cg0, gprop, fresh,
+                 dz_cur if fresh else np.empty((2, dim)))
+        for i in range(m):
+            g_cur[i] = cg0[1, i]
         scal[2] = _sum_dev2(d_cur, 0.0, False) / m
         cache_ok[0] = 1
     mean = scal[2]
