@@ -33,7 +33,8 @@ for a hot one.  ``--prior-precision`` fixes every layer's prior precision
 instead of the Gamma(1, 1) hyper-prior.  ``--noise-correction fisher`` runs
 SG-HMC with Chen et al.'s ``B_hat = eta V_hat / 2`` (``ModelSG``'s
 ``noise_correction``) and reports the largest eigenvalue of ``B_hat`` seen
-per pass.  ``--minibatch importance [--minibatch-refresh k]`` draws the
+per pass.  ``--windows 1 3 10 30 90`` adds the mean log loss, ECE and
+confidence gap of averages of ``k`` consecutive draws.  ``--minibatch importance [--minibatch-refresh k]`` draws the
 minibatches by :class:`bayesian_subsample.likelihood.ImportanceDesign`.
 
     python benchmarks/bench_mlp_stepsize.py --jobs 2 \
@@ -157,6 +158,7 @@ def run_one(args, method, eta, factor):
     acc = {"all": np.zeros((len(yte), 10)), "thinned": np.zeros((len(yte), 10))}
     count = {"all": 0, "thinned": 0}
     single = []
+    kept_probs = []
     precs = []
     states = []
     # The temperature states are spread over the second half of the run.
@@ -175,6 +177,8 @@ def run_one(args, method, eta, factor):
             count["thinned"] += 1
         c = calibration(p, yte)
         single.append((c["log_loss"], c["confidence_gap"], float(np.mean(p.argmax(1) != yte))))
+        if args.windows:
+            kept_probs.append(p.astype(np.float32))
         precs.append(np.asarray(hyper.precisions, float))
         if it in temp_at:
             states.append((theta.copy(), np.asarray(hyper.precisions, float)))
@@ -202,6 +206,13 @@ def run_one(args, method, eta, factor):
            "minibatch": args.minibatch, "minibatch_refresh": args.minibatch_refresh,
            "n_obs_evaluated": int(np.nansum(res.stats["n_obs_evaluated"])),
            **lowrank_options(args, args.noise_correction)}
+    for k in args.windows or ():
+        # Averages of k consecutive draws (non-overlapping windows): how the
+        # calibration moves from one network to the whole run's average.
+        w = [calibration(np.mean(kept_probs[s:s + k], axis=0, dtype=np.float64), yte)
+             for s in range(0, len(kept_probs) - k + 1, k)]
+        rec[f"window_{k}"] = {"windows": len(w),
+                              **{key: float(np.mean([x[key] for x in w])) for key in w[0]}}
     if args.noise_correction:
         b = np.asarray(res.extra["beta_hat_max"], float)
         rec.update({"beta_hat_max_median": float(np.nanmedian(b)),
@@ -237,6 +248,9 @@ def main(argv=None):
     ap.add_argument("--burn-in", type=int, default=10)
     ap.add_argument("--momentum-decay", type=float, default=0.01)
     ap.add_argument("--networks-kept", type=int, default=20)
+    ap.add_argument("--windows", type=int, nargs="*", default=None,
+                    help="also report the mean calibration of averages of k consecutive "
+                         "draws after the burn-in, for each k given")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--temperature-states", type=int, default=0,
                     help="states per run for the configurational temperature (0: none)")
