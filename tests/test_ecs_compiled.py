@@ -262,24 +262,34 @@ def _exp_pair(x):
             out[i] = _ecs_numba.exp_vec(x[i])
             ref[i] = math.exp(x[i])
 
-    out, ref = np.empty_like(x), np.empty_like(x)
+    # The loop the kernel runs has no library call in it, so LLVM vectorises
+    # it; the loop above (with math.exp) may not.  Both must give the same
+    # bits.
+    @numba.njit(error_model="numpy")
+    def alone(x, out):
+        for i in range(x.shape[0]):
+            out[i] = _ecs_numba.exp_vec(x[i])
+
+    out, ref, vec = np.empty_like(x), np.empty_like(x), np.empty_like(x)
     loop(x, out, ref)
+    alone(x, vec)
+    assert np.array_equal(out, vec, equal_nan=True)
     return out, ref
 
 
 @pytest.mark.parametrize("lo,hi", [(-746.0, 0.0), (-1.0, 0.0), (-1e-6, 0.0), (0.0, 710.0),
                                    (-0.5 * np.log(2), 0.5 * np.log(2))])
-def test_exp_vec_within_an_ulp_or_two_of_exp_on_dense_grids(lo, hi):
+def test_exp_vec_within_an_ulp_of_exp_on_dense_grids(lo, hi):
     """The library-call-free exp of the compiled logistic and Poisson terms
     against ``math.exp`` (libm, < 1 ulp) on 2*10^6 points per range,
-    subnormal results included; the same bound fails for an exp off by
-    4 ulp (negative control)."""
+    subnormal results included, within 1 ulp as its docstring says; the same
+    bound fails for an exp off by 2 ulp (negative control)."""
     x = np.linspace(lo, hi, 2_000_001)
     got, ref = _exp_pair(x)
     dist = _ulp_distance(got, ref)
-    assert dist.max() <= 2, (x[np.argmax(dist)], dist.max())
-    off = got * (1.0 + 4 * 2.0 ** -52)
-    assert _ulp_distance(off, ref).max() > 2
+    assert dist.max() <= 1, (x[np.argmax(dist)], dist.max())
+    off = got * (1.0 + 2 * 2.0 ** -52)
+    assert _ulp_distance(off, ref).max() > 1
 
 
 def test_exp_vec_edges():
@@ -382,6 +392,8 @@ def test_a_continued_chain_takes_over_the_loops_gradient_parts(monkeypatch):
     other = state.subsample._replace(indices=state.subsample.indices[::-1].copy())
     assert not _ecs_compiled._cache_matches(state._replace(subsample=other), other)
     assert not _ecs_compiled._cache_matches(state._replace(kernel_cache=None), state.subsample)
+    other_grad = state._replace(logdensity_grad=state.logdensity_grad + 1e-12)
+    assert not _ecs_compiled._cache_matches(other_grad, state.subsample)
     # The continued chain's loop starts from them (cache_ok 2) and is the
     # longer chain, bit for bit.
     seen = []
@@ -397,3 +409,26 @@ def test_a_continued_chain_takes_over_the_loops_gradient_parts(monkeypatch):
     assert seen[0][0] == 2 and np.array_equal(seen[0][1], state.kernel_cache[3])
     whole = config.run_chain(np.random.default_rng(3), post, prep, 30, 65)
     assert np.array_equal(np.vstack([part.draws, more.draws]), whole.draws)
+
+
+def test_a_loop_that_runs_no_iteration_keeps_the_gradient_parts():
+    """A compiled loop started from a state with ``kernel_cache`` and stopped
+    before any iteration hands the same parts on (review finding 5), so a
+    later continuation still takes them over."""
+    from bayesian_subsample.samplers import hmc, hmc_ecs
+    from bayesian_subsample.samplers.metric import metric_from_mass_matrix
+
+    post, kw = PROBLEMS["logistic_weighted_diag"]()
+    config = HMCECS(backend="numba", **kw)
+    prep = config.prepare(np.random.default_rng(0), post)
+    est = post.difference_estimator(prep.expansion, 200, 20)
+    rng = np.random.default_rng(2)
+    state = hmc_ecs.init(prep.expansion.theta_star, est, rng)
+    params = hmc.HMCParams(0.3, 3, metric_from_mass_matrix(prep.expansion.neg_hessian,
+                                                          dense=True), 1000.0)
+    state, _, _ = _ecs_compiled.run_iterations(rng, est, state, params, 20)
+    assert state.kernel_cache is not None
+    same, draws, _ = _ecs_compiled.run_iterations(rng, est, state, params, 0)
+    assert len(draws) == 0 and same.kernel_cache is not None
+    assert np.array_equal(same.kernel_cache[3], state.kernel_cache[3])
+    assert _ecs_compiled._cache_matches(same, same.subsample)

@@ -10,8 +10,8 @@ warm-up's dual averaging (Hoffman and Gelman, 2014) and the draw loop of
 iteration (m = 1000, L = 3, d = 30) on interpreter and call overhead; the
 arithmetic of one iteration (L estimates, each two ``m x d`` matrix-vector
 products and O(m) scalar work, and the subsample update's O(m + m d / G))
-is a few hundred thousand flops.  Per-iteration work stays O(m d): only the subsample's rows and the
-proposal pool are touched, never the data.
+is a few hundred thousand flops.  Per-iteration work stays O(m d): only
+the subsample's rows and the proposal pool are touched, never the data.
 
 What it serves (:func:`plan`): one linear predictor per row, the logistic,
 Gaussian and Poisson families with the GLM's weighting, Taylor control
@@ -295,20 +295,25 @@ class _Loop:
         buf = self.buf
         theta, lp = buf.theta.copy(), float(buf.scal[0])
         cache = None
-        if buf.cache_ok[0] == 1:
-            cache = (theta.copy(), lp, self.sub.indices.copy(), buf.dz_cur.copy())
+        # 1: the loop's own parts; 2: parts taken over from the state the loop
+        # started at and not yet used (no segment ran), still valid there.
+        if buf.cache_ok[0] in (1, 2):
+            cache = (theta.copy(), lp, self.sub.indices.copy(), buf.dz_cur.copy(),
+                     buf.grad.copy())
         return HMCECSState(theta, lp, buf.grad.copy(), self.sub, float(buf.scal[1]), 1.0, cache)
 
 
 def _cache_matches(state, sub):
     """Whether ``state.kernel_cache`` was left by a compiled loop at this very
-    state: same position and log density (bit for bit) and same subsample
-    rows.  Anything else (no cache, or a state changed since) recomputes."""
+    state: same position, log density and gradient (bit for bit) and same
+    subsample rows.  Anything else (no cache, or a state changed since)
+    recomputes."""
     cache = getattr(state, "kernel_cache", None)
     if cache is None:
         return False
-    theta, lp, indices, _ = cache
+    theta, lp, indices, _, grad = cache
     return (np.array_equal(theta, state.position) and lp == state.logdensity
+            and np.array_equal(grad, state.logdensity_grad)
             and np.array_equal(indices, sub.indices))
 
 
