@@ -19,6 +19,7 @@ and the load average range.
 """
 
 import argparse
+import contextlib
 import importlib
 import json
 import os
@@ -29,6 +30,21 @@ import time
 import warnings
 
 import numpy as np
+
+
+@contextlib.contextmanager
+def importable_checkouts(old, new):
+    """Copies of the packages of two checkouts (roots ``old`` and ``new``),
+    importable in this process as ``bs_old`` and ``bs_new``."""
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, root in (("bs_old", old), ("bs_new", new)):
+            shutil.copytree(os.path.join(root, "bayesian_subsample"), os.path.join(tmp, name),
+                            ignore=shutil.ignore_patterns("__pycache__"))
+        sys.path.insert(0, tmp)
+        try:
+            yield "bs_old", "bs_new"
+        finally:
+            sys.path.remove(tmp)
 
 
 def _fit(pkg, X, y):
@@ -52,11 +68,7 @@ def main(argv=None):
     parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--n", type=int, default=1_000_000)
     args = parser.parse_args(argv)
-    with tempfile.TemporaryDirectory() as tmp:
-        for name, root in (("bs_old", args.old), ("bs_new", args.new)):
-            shutil.copytree(os.path.join(root, "bayesian_subsample"), os.path.join(tmp, name),
-                            ignore=shutil.ignore_patterns("__pycache__"))
-        sys.path.insert(0, tmp)
+    with importable_checkouts(args.old, args.new):
         pkgs = {"old": importlib.import_module("bs_old"), "new": importlib.import_module("bs_new")}
         datasets = importlib.import_module("bs_new.datasets")
         X, y, _ = datasets.make_higgs_like(n_samples=args.n, random_state=0)

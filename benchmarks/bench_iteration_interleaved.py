@@ -29,12 +29,13 @@ import argparse
 import importlib
 import json
 import os
-import shutil
 import sys
-import tempfile
 import time
 
 import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_fit_interleaved import importable_checkouts  # noqa: E402
 
 
 def _setup(pkg, n, m, n_blocks, dense):
@@ -107,11 +108,7 @@ def main(argv=None):
     args = parser.parse_args(argv)
     from threadpoolctl import threadpool_limits
 
-    with tempfile.TemporaryDirectory() as tmp:
-        for name, root in (("bs_old", args.old), ("bs_new", args.new)):
-            shutil.copytree(os.path.join(root, "bayesian_subsample"), os.path.join(tmp, name),
-                            ignore=shutil.ignore_patterns("__pycache__"))
-        sys.path.insert(0, tmp)
+    with importable_checkouts(args.old, args.new):
         with threadpool_limits(1):
             for n in args.n:
                 print(json.dumps(compare(("bs_old", "bs_new"), n, args)), flush=True)
