@@ -224,6 +224,23 @@ def test_non_finite_norms_end_the_chain_as_a_divergence():
     assert res.extra["diverged_at"] is not None
 
 
+@pytest.mark.parametrize("missing", ["gradient_square_norms", "weighted_loglik_and_grad"])
+def test_a_row_model_without_the_designs_methods_is_refused_before_sampling(missing):
+    # Not a divergence at the first refresh: the error names the method and the fix.
+    post, *_ = _leverage_problem()
+    post.model = type("Partial", (MLPModel,), {missing: None})(post.model.network, post.model.X,
+                                                                post.model.y)
+    cfg = ModelSG("sghmc", M, ETA, ALPHA, n_networks_kept=5, minibatch="importance")
+    with pytest.raises(ValueError, match=f"{missing}.*Use minibatch='uniform'"):
+        cfg.prepare(np.random.default_rng(0), post)
+    with pytest.raises(ValueError, match=missing):
+        run_model_chain(cfg, np.random.default_rng(0), post, 2, 5)
+    # Control: with uniform minibatches the same model samples.
+    res = run_model_chain(ModelSG("sghmc", M, ETA, ALPHA, n_networks_kept=5),
+                          np.random.default_rng(0), post, 2, 5)
+    assert res.extra["diverged_at"] is None
+
+
 @pytest.mark.parametrize("options, match", [
     (dict(minibatch="stratified"), "minibatch must be one of"),
     (dict(minibatch_refresh=5), "minibatch_refresh=5 sets how often"),

@@ -865,10 +865,13 @@ class HierarchicalPosterior:
         alone: the prior's gradient is exact and not sampled.  For a Gaussian
         likelihood they scale with ``tau^2`` for every row alike, so the
         design does not depend on the hyperparameters and stays valid across
-        Gibbs steps.  Raises ValueError if the norms are not finite."""
+        Gibbs steps.  Returns None if the norms are not finite (the weights
+        have diverged: the sampler counts it as a divergence)."""
         norms = self.model_method("gradient_square_norms")
         with np.errstate(over="ignore", invalid="ignore"):
             s = norms(np.asarray(position, dtype=np.float64), hyper.noise_precision)
+        if not np.all(np.isfinite(s)):
+            return None
         return ImportanceDesign(s, subsample_size)
 
     def full_target(self, hyper):

@@ -371,6 +371,11 @@ class ModelSG(SamplerConfig):
         # correction starts only after warm-up, SBPS at its first observation).
         if getattr(self, "noise_correction", None) is not None:
             posterior.model_method("loglik_grad_and_rows")
+        if getattr(self, "minibatch", "uniform") == "importance":
+            # The design's refresh and its weighted estimate (asked here, not
+            # at the first refresh, where a missing method is not a divergence).
+            posterior.model_method("gradient_square_norms")
+            posterior.model_method("weighted_loglik_and_grad")
         rank = getattr(self, "noise_rank", None)
         if rank is not None and int(rank) > int(posterior.dim):
             raise ValueError(f"noise_rank={int(rank)} exceeds the {int(posterior.dim)} weights "
@@ -697,10 +702,10 @@ class _ModelChain(ChainDefaults):
             for _ in range(self.steps_per_pass):
                 if self.importance:
                     if self._design is None or self._design_age >= self.design_refresh:
-                        try:
-                            self._design = posterior.importance_design(
-                                state.position, hyper, self.m)
-                        except ValueError:
+                        self._design = posterior.importance_design(
+                            state.position, hyper, self.m)
+                        if self._design is None:
+                            # Non-finite per-row gradient norms: the weights diverged.
                             divergent = fatal = True
                             break
                         self._design_age = 0
