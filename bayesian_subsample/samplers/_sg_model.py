@@ -611,7 +611,7 @@ class _ModelChain(ChainDefaults):
     #: Set per chain: ``prior_precision`` has one value per weight group.
     stat_shapes: dict = {}
 
-    def __init__(self, config, posterior, n_warmup, trace):
+    def __init__(self, config, posterior: HierarchicalGradientPosterior, n_warmup, trace):
         self.method = config.method
         self.posterior = posterior
         self.n = posterior.n_obs
@@ -645,7 +645,14 @@ class _ModelChain(ChainDefaults):
         #: Per pass (noise correction only): the largest eigenvalue of
         #: ``beta_hat = eta V_hat / 2`` on the pass's last minibatch, the
         #: friction the correction adds in the stiffest direction it sees.
-        self.beta_hat_max = []
+        self.beta_hat_max: list[float] = []
+
+    def minibatch_estimator(self, hyper):
+        """The posterior's minibatch gradient estimator at ``hyper``: uniform
+        minibatches, or the current importance design's weighted ones."""
+        if self.importance:
+            return self.posterior.gradient_estimator(self.m, hyper, self._design)
+        return self.posterior.gradient_estimator(self.m, hyper)
 
     def gibbs(self, rng, position, hyper):
         """The hyperparameter update: exact Gibbs draw (conditional mode for optimisers)."""
@@ -687,7 +694,7 @@ class _ModelChain(ChainDefaults):
             corrected = self.noise_correction is not None and st.n_iterations >= self.n_warmup
             kernel_step = (sghmc.step_noise_corrected if corrected
                            else sgld.step if self.method == "sgld" else sghmc.step)
-            estimator = posterior.gradient_estimator(self.m, hyper)
+            estimator = self.minibatch_estimator(hyper)
             if corrected and self.lowrank:
                 # The estimate lives across passes: a new one every
                 # noise_refresh updates (default: once per pass, at its start).
@@ -710,10 +717,13 @@ class _ModelChain(ChainDefaults):
                             break
                         self._design_age = 0
                         cost += self.n
+                        # The new design's estimator ("fisher"'s recorder
+                        # around it; importance excludes "fisher_lowrank").
+                        estimator = self.minibatch_estimator(hyper)
+                        if corrected:
+                            estimator = _RecordNoise(estimator,
+                                                     self.noise_correction == "covariance")
                     self._design_age += 1
-                    # The minibatch estimator itself (under "fisher"'s recorder).
-                    (estimator.estimator if isinstance(estimator, _RecordNoise)
-                     else estimator).design = self._design
                 if corrected and self.lowrank and (self._since_estimate is None
                                                    or self._since_estimate >= refresh_every):
                     self._since_estimate = 0
@@ -737,7 +747,7 @@ class _ModelChain(ChainDefaults):
                     hyper, c = self.gibbs(rng, state.position, hyper)
                     cost += c
                     n_gibbs += 1
-                    base = posterior.gradient_estimator(self.m, hyper)
+                    base = self.minibatch_estimator(hyper)
                     if corrected and self.lowrank:
                         estimator = self._pooled = estimator.rebase(base)
                     elif corrected:

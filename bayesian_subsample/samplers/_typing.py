@@ -264,8 +264,18 @@ class HierarchicalGradientPosterior(Protocol):
     def point_hyper(self, position: np.ndarray) -> tuple[Hyper, int]:
         """Point values of the hyperparameters for the optimisers, and their cost."""
 
-    def gradient_estimator(self, subsample_size: int, hyper: Hyper):
+    def gradient_estimator(self, subsample_size: int, hyper: Hyper, design: Any = None):
         """A minibatch gradient estimator (``grad(position, rng)``, ``n_obs_per_eval``,
-        ``subsample_size``) of the log posterior of the weights given ``hyper``."""
+        ``subsample_size``) of the log posterior of the weights given ``hyper``:
+        uniform minibatches of ``subsample_size`` rows, or, with ``design``
+        (from :meth:`importance_design`), the design's weighted minibatches."""
+
+    def importance_design(self, position: np.ndarray, hyper: Hyper,
+                          subsample_size: int) -> Any:
+        """The importance design of minibatches of ``subsample_size`` rows from
+        the per-row gradient norms at ``position`` (``n_obs`` evaluations), or
+        None if those norms are not finite (the weights have diverged).  Needs
+        the row model's ``gradient_square_norms`` (ask :meth:`model_method`
+        before sampling)."""
 
     def full_target(self, hyper: Hyper) -> DifferentiableTarget: ...
