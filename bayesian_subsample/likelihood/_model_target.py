@@ -90,9 +90,10 @@ class Hyperparameters(NamedTuple):
 
 #: Share of the importance design's size measure spread uniformly over the
 #: rows (a defensive mixture, Hesterberg 1995): every row keeps a draw
-#: probability of at least ``IMPORTANCE_UNIFORM_SHARE / n``, so a row whose
-#: gradient was near zero at the refresh and has grown since weighs at most
-#: ``n / IMPORTANCE_UNIFORM_SHARE`` times its gradient, not without bound.
+#: probability of at least ``u / n`` (``u = IMPORTANCE_UNIFORM_SHARE``;
+#: ``p_i = q_i / sum_R q_j >= q_i``), so a row whose gradient was near zero
+#: at the refresh and has grown since weighs at most ``n / (u m_R)`` times
+#: its gradient per draw (``1 / (m_R p_i)``, ``m_R`` draws), not without bound.
 IMPORTANCE_UNIFORM_SHARE = 0.1
 
 
