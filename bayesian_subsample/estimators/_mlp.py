@@ -63,8 +63,8 @@ class _BayesianMLP(SampledModelMixin, BaseEstimator):
     def __init__(self, hidden_layer_sizes=(100,), activation="relu", sampler="sghmc",
                  batch_size=500, learning_rate="auto", momentum_decay=0.1,
                  noise_correction=None, noise_rank=None, noise_pool=None, noise_refresh=None,
-                 minibatch="uniform", minibatch_refresh=None, prior_shape=1.0, prior_rate=1.0, prior_precision=None,
-                 n_chains=2,
+                 minibatch="uniform", minibatch_refresh=None, prior_shape=1.0, prior_rate=1.0,
+                 prior_precision=None, n_chains=2,
                  n_warmup=50, n_draws=100, n_networks_kept=20, n_integration_steps=20,
                  random_state=None, n_jobs=None, verbose=0, progress_bar=False):
         self.hidden_layer_sizes = hidden_layer_sizes
