@@ -34,8 +34,10 @@ instead of the Gamma(1, 1) hyper-prior.  ``--noise-correction fisher`` runs
 SG-HMC with Chen et al.'s ``B_hat = eta V_hat / 2`` (``ModelSG``'s
 ``noise_correction``) and reports the largest eigenvalue of ``B_hat`` seen
 per pass.  ``--windows 1 3 10 30 90`` adds the mean log loss, ECE and
-confidence gap of averages of ``k`` consecutive draws.  ``--minibatch importance [--minibatch-refresh k]`` draws the
-minibatches by :class:`bayesian_subsample.likelihood.ImportanceDesign`.
+confidence gap of averages of ``k`` consecutive draws after the burn-in
+(each ``k`` at most ``--passes - --burn-in``).  ``--minibatch importance
+[--minibatch-refresh k]`` draws the minibatches by
+:class:`bayesian_subsample.likelihood.ImportanceDesign`.
 
     python benchmarks/bench_mlp_stepsize.py --jobs 2 \
         --out benchmarks/results/mlp_mnist_stepsize.jsonl
@@ -211,6 +213,10 @@ def run_one(args, method, eta, factor):
         # calibration moves from one network to the whole run's average.
         w = [calibration(np.mean(kept_probs[s:s + k], axis=0, dtype=np.float64), yte)
              for s in range(0, len(kept_probs) - k + 1, k)]
+        if not w:
+            rec[f"window_{k}"] = {"windows": 0, "note": f"only {len(kept_probs)} draws after "
+                                                        "the burn-in, fewer than k"}
+            continue
         rec[f"window_{k}"] = {"windows": len(w),
                               **{key: float(np.mean([x[key] for x in w])) for key in w[0]}}
     if args.noise_correction:
@@ -266,6 +272,12 @@ def main(argv=None):
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
+    after = args.passes - args.burn_in
+    for k in args.windows or ():
+        if not 1 <= k <= after:
+            ap.error(f"--windows {k}: each k must be between 1 and the {after} draws after the "
+                     f"burn-in (--passes {args.passes} - --burn-in {args.burn_in}); use a "
+                     "smaller k or more --passes.")
     out = open(args.out, "a") if args.out else sys.stdout
     if not os.path.exists(args.start):
         print(json.dumps(make_start(args)), file=out, flush=True)
