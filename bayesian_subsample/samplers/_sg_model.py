@@ -122,7 +122,7 @@ from .adaptation import dual_averaging_init, dual_averaging_update, find_reasona
 from .metric import Metric, sample_momentum
 
 if TYPE_CHECKING:
-    from ._typing import HierarchicalGradientPosterior
+    from ._typing import HierarchicalGradientPosterior, Hyper
 
 __all__ = ["ModelSG", "run_model_chain", "METHODS"]
 
@@ -647,12 +647,19 @@ class _ModelChain(ChainDefaults):
         #: friction the correction adds in the stiffest direction it sees.
         self.beta_hat_max: list[float] = []
 
-    def minibatch_estimator(self, hyper):
+    def minibatch_estimator(self, hyper: Hyper) -> Any:
         """The posterior's minibatch gradient estimator at ``hyper``: uniform
         minibatches, or the current importance design's weighted ones."""
         if self.importance:
             return self.posterior.gradient_estimator(self.m, hyper, self._design)
         return self.posterior.gradient_estimator(self.m, hyper)
+
+    def refresh_design(self, position: np.ndarray, hyper: Hyper) -> bool:
+        """A new importance design at ``position``; False if the per-row
+        gradient norms are not finite (the weights have diverged)."""
+        self._design = self.posterior.importance_design(position, hyper, self.m)
+        self._design_age = 0
+        return self._design is not None
 
     def gibbs(self, rng, position, hyper):
         """The hyperparameter update: exact Gibbs draw (conditional mode for optimisers)."""
@@ -709,13 +716,9 @@ class _ModelChain(ChainDefaults):
             for _ in range(self.steps_per_pass):
                 if self.importance:
                     if self._design is None or self._design_age >= self.design_refresh:
-                        self._design = posterior.importance_design(
-                            state.position, hyper, self.m)
-                        if self._design is None:
-                            # Non-finite per-row gradient norms: the weights diverged.
+                        if not self.refresh_design(state.position, hyper):
                             divergent = fatal = True
                             break
-                        self._design_age = 0
                         cost += self.n
                         # The new design's estimator ("fisher"'s recorder
                         # around it; importance excludes "fisher_lowrank").
