@@ -103,8 +103,7 @@ from threadpoolctl import threadpool_limits
 
 __all__ = ["GROUPS_PER_WORKER", "JoblibChunkMap", "PROCESS_PASS_MIN_BYTES", "SingleThreadedBLAS",
            "check_copy_on_write", "configured_backend", "copy_on_write", "nested_in_worker",
-           "process_passes",
-           "rows_file_backed", "runs_on_processes", "set_up_passes"]
+           "process_passes", "rows_file_backed", "runs_on_processes", "set_up_passes"]
 
 
 class SingleThreadedBLAS:
@@ -207,14 +206,20 @@ def nested_in_worker():
     return (getattr(backend, "nesting_level", None) or 0) > 0
 
 
+def _base_chain(a):
+    """``a``, its ``.base``, that one's ``.base``, ... (views down to the buffer)."""
+    while a is not None:
+        yield a
+        a = getattr(a, "base", None)
+
+
 def _backing_memmap(a):
     """The :class:`numpy.memmap` at the bottom of ``a``'s chain of ``.base``
     arrays (``a`` itself, a view, or an ndarray over one), or None."""
     found = None
-    while a is not None:
-        if isinstance(a, np.memmap):
-            found = a
-        a = getattr(a, "base", None)
+    for b in _base_chain(a):
+        if isinstance(b, np.memmap):
+            found = b
     return found
 
 
@@ -241,11 +246,7 @@ def rows_file_backed(model):
     a = getattr(model, "X", None)
     if copy_on_write(a):
         return False
-    while a is not None:
-        if isinstance(a, (np.memmap, mmap.mmap)):
-            return True
-        a = getattr(a, "base", None)
-    return False
+    return any(isinstance(b, (np.memmap, mmap.mmap)) for b in _base_chain(a))
 
 
 def runs_on_processes(n_jobs):
@@ -297,6 +298,7 @@ def check_copy_on_write(model, n_jobs):
 #: Setting it to 0 makes every memmap with ``n_jobs`` > 1 use them,
 #: ``float("inf")`` turns them off.
 PROCESS_PASS_MIN_BYTES = 4 << 30
+
 
 def process_passes(model):
     """Whether ``model``'s set-up passes go to process workers when no backend

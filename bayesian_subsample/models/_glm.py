@@ -482,33 +482,16 @@ class GLM:
             return out
         return Xr.T @ g
 
-    def weighted_outer(self, Xr, c):
+    def weighted_outer(self, Xr, c, Xd=None):
         """``sum_i c_i x_i x_i^T`` in ``theta`` coordinates, shape (dim, dim).
 
-        For float32 rows, blocks of :data:`FLOAT32_GEMM_ROWS` rows: the
-        products in float32 (a float32 matrix product of the block scaled
-        by ``c`` with the block), the intercept row and every block's
-        result summed in float64.  Float64 rows in blocks of
-        :data:`FLOAT64_GEMM_ROWS` (:func:`_blocked_outer`).
+        The curvature block in :func:`_blocked_outer` (blocks of
+        :data:`FLOAT32_GEMM_ROWS` float32 rows, products in float32, or of
+        :data:`FLOAT64_GEMM_ROWS` float64 rows; every block's result summed in
+        float64), the intercept row as one product with ``Xr``, or with
+        ``Xd`` when given: the same rows already widened to float64 (float32
+        blocks in :meth:`_block_sums`).
         """
-        if Xr.dtype == np.float32:
-            return self._weighted_outer_float32(Xr, c)
-        p = self.dim
-        out = np.empty((p, p))
-        if self.fit_intercept:
-            cx = Xr.T @ c
-            out[0, 0] = c.sum()
-            out[0, 1:] = cx
-            out[1:, 0] = cx
-            out[1:, 1:] = _blocked_outer(Xr, c)
-        else:
-            out[:] = _blocked_outer(Xr, c)
-        return out
-
-    def _weighted_outer_float32(self, Xr, c, Xd=None):
-        """:meth:`weighted_outer` of float32 rows ``Xr``; ``Xd``, when given, holds
-        the same rows widened to float64 (the intercept row is then a float64
-        product with it)."""
         j = int(self.fit_intercept)
         out = np.empty((self.dim, self.dim))
         out[j:, j:] = _blocked_outer(Xr, c)
@@ -521,8 +504,9 @@ class GLM:
 
     def _block_weighted_outer(self, xb, Xd, c):
         """:meth:`weighted_outer` of one block of float32 rows ``xb`` whose float64
-        widening ``Xd`` is at hand (see :meth:`_block_sums`)."""
-        return self._weighted_outer_float32(xb, c, Xd)
+        widening ``Xd`` is at hand (see :meth:`_block_sums`; a subclass with
+        another curvature layout overrides it)."""
+        return self.weighted_outer(xb, c, Xd)
 
     def design(self, Xr):
         """Rows in ``theta`` coordinates (a leading column of ones if needed)."""
