@@ -87,6 +87,7 @@ cached on disk (``cache=True``).
 from __future__ import annotations
 
 import time
+from typing import NamedTuple
 
 import numpy as np
 
@@ -262,7 +263,7 @@ class _Loop:
         if _cache_matches(state, sub):
             # The gradient's parts as the earlier loop left them (they were
             # updated, not recomputed, after its last subsample changes).
-            self.buf.dz_cur[:] = state.kernel_cache[3]
+            self.buf.dz_cur[:] = state.kernel_cache.dz
             self.buf.cache_ok[0] = 2
         self.adapt_step = bool(adapt_step)
         self.da_consts = np.array([float(target_accept), 0.05, 10.0, 0.75])
@@ -297,10 +298,23 @@ class _Loop:
         cache = None
         # 1: the loop's own parts; 2: parts taken over from the state the loop
         # started at and not yet used (no segment ran), still valid there.
+        grad = buf.grad.copy()
         if buf.cache_ok[0] in (1, 2):
-            cache = (theta.copy(), lp, self.sub.indices.copy(), buf.dz_cur.copy(),
-                     buf.grad.copy())
-        return HMCECSState(theta, lp, buf.grad.copy(), self.sub, float(buf.scal[1]), 1.0, cache)
+            cache = KernelCache(theta.copy(), lp, self.sub.indices.copy(), buf.dz_cur.copy(),
+                                grad.copy())
+        return HMCECSState(theta, lp, grad, self.sub, float(buf.scal[1]), 1.0, cache)
+
+
+class KernelCache(NamedTuple):
+    """What a compiled loop leaves in ``HMCECSState.kernel_cache``: the gradient's
+    parts ``dz`` (the data part ``Z^T coef`` and ``sum_i g_i z_i``, updated
+    rather than recomputed by the loop) and the state they belong to."""
+
+    position: np.ndarray
+    logdensity: float
+    indices: np.ndarray
+    dz: np.ndarray
+    logdensity_grad: np.ndarray
 
 
 def _cache_matches(state, sub):
@@ -311,10 +325,10 @@ def _cache_matches(state, sub):
     cache = getattr(state, "kernel_cache", None)
     if cache is None:
         return False
-    theta, lp, indices, _, grad = cache
-    return (np.array_equal(theta, state.position) and lp == state.logdensity
-            and np.array_equal(grad, state.logdensity_grad)
-            and np.array_equal(indices, sub.indices))
+    return (np.array_equal(cache.position, state.position)
+            and cache.logdensity == state.logdensity
+            and np.array_equal(cache.logdensity_grad, state.logdensity_grad)
+            and np.array_equal(cache.indices, sub.indices))
 
 
 def run_iterations(rng, estimator, state, params, n_iter):

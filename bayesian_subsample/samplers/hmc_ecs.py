@@ -65,7 +65,7 @@ class HMCECSState(NamedTuple):
     sign: float = 1.0
     #: Compiled kernel only (``None`` otherwise): what its loop keeps beside
     #: the state and cannot recompute to the bit, so that a continued chain
-    #: equals the uninterrupted one (``_ecs_compiled._Loop.state``).
+    #: equals the uninterrupted one (``_ecs_compiled.KernelCache``).
     kernel_cache: object = None
 
 
