@@ -88,6 +88,13 @@ class Hyperparameters(NamedTuple):
     noise_precision: float
 
 
+def _minibatch_factor(n_obs, m):
+    """``(n^2 / m)(1 - m / n)``: the covariance of ``n / m`` times the sum over
+    ``m`` rows drawn without replacement from ``n`` is this times the rows'
+    covariance (the finite-population correction included)."""
+    return (n_obs * n_obs / m) * (1.0 - m / n_obs)
+
+
 #: Share of the importance design's size measure spread uniformly over the
 #: rows (a defensive mixture, Hesterberg 1995): every row keeps a draw
 #: probability of at least ``u / n`` (``u = IMPORTANCE_UNIFORM_SHARE``;
@@ -348,7 +355,7 @@ class ModelObservation:
         self.subsample_size = m = int(subsample_size)
         self._along = along
         self._scale = n_obs / m
-        self._factor = (n_obs * n_obs / m) * (1.0 - m / n_obs) / (m - 1) if m > 1 else 0.0
+        self._factor = _minibatch_factor(n_obs, m) / (m - 1) if m > 1 else 0.0
         self._prec = prior_precision
         self._cache = None
 
@@ -433,7 +440,7 @@ class MinibatchGradientNoise:
         m = int(rows.n_rows)
         self.subsample_size = m
         self.centred = bool(centred)
-        fpc = (n_obs * n_obs / m) * (1.0 - m / n_obs)
+        fpc = _minibatch_factor(n_obs, m)
         if row_weights is not None:
             # V_hat = J^T diag(c) J (importance-sampled minibatches,
             # ImportanceDesign.draw): the rows scaled by sqrt(c), factor 1.
@@ -607,7 +614,7 @@ class LowRankGradientNoise:
         #: them with non-negligible gradients).
         self.n_pooled = R if n_pooled is None else int(n_pooled)
         self.n_rows_used = R
-        factor = (n_obs * n_obs / m) * (1.0 - m / n_obs) / self.n_pooled
+        factor = _minibatch_factor(n_obs, m) / self.n_pooled
         dt = getattr(rows, "dtype", np.float64)
         jacobian = getattr(rows, "jacobian", None)
         dim = getattr(rows, "dim", None)

@@ -634,7 +634,8 @@ class _ModelChain(ChainDefaults):
             self.noise_refresh = None if refresh is None else int(refresh)
             #: The current estimate and the updates made since it (kept
             #: across passes; None until the first corrected pass).
-            self._pooled, self._since_estimate = None, None
+            self._pooled: _PooledNoise | None = None
+            self._since_estimate: int | None = None
         self.importance = getattr(config, "minibatch", "uniform") == "importance"
         if self.importance:
             refresh = getattr(config, "minibatch_refresh", None)
@@ -653,6 +654,25 @@ class _ModelChain(ChainDefaults):
         if self.importance:
             return self.posterior.gradient_estimator(self.m, hyper, self._design)
         return self.posterior.gradient_estimator(self.m, hyper)
+
+    def step_estimator(self, hyper: Hyper, corrected: bool) -> Any:
+        """What the kernel steps draw their gradients from at ``hyper``: the
+        minibatch estimator (:meth:`minibatch_estimator`), with ``corrected``
+        wrapped to give its noise estimate too -- the pooled low-rank one
+        (kept across passes, Gibbs steps and design refreshes: only its base
+        estimator changes; a new one every ``noise_refresh`` updates, by
+        default once per pass, at its start) or the minibatch's own."""
+        base = self.minibatch_estimator(hyper)
+        if corrected and self.lowrank:
+            pooled = self._pooled
+            if pooled is None:
+                pooled = _PooledNoise(base, self.noise_rows, self.noise_rank)
+                self._since_estimate = None
+            self._pooled = pooled.rebase(base)
+            return self._pooled
+        if corrected:
+            return _RecordNoise(base, self.noise_correction == "covariance")
+        return base
 
     def refresh_design(self, position: np.ndarray, hyper: Hyper) -> bool:
         """A new importance design at ``position``; False if the per-row
@@ -701,16 +721,7 @@ class _ModelChain(ChainDefaults):
             corrected = self.noise_correction is not None and st.n_iterations >= self.n_warmup
             kernel_step = (sghmc.step_noise_corrected if corrected
                            else sgld.step if self.method == "sgld" else sghmc.step)
-            estimator = self.minibatch_estimator(hyper)
-            if corrected and self.lowrank:
-                # The estimate lives across passes: a new one every
-                # noise_refresh updates (default: once per pass, at its start).
-                if self._pooled is None:
-                    self._pooled = _PooledNoise(estimator, self.noise_rows, self.noise_rank)
-                    self._since_estimate = None
-                estimator = self._pooled = self._pooled.rebase(estimator)
-            elif corrected:
-                estimator = _RecordNoise(estimator, self.noise_correction == "covariance")
+            estimator = self.step_estimator(hyper, corrected)
             refresh_every = (self.steps_per_pass if not self.lowrank or self.noise_refresh is None
                              else self.noise_refresh)
             for _ in range(self.steps_per_pass):
@@ -720,12 +731,7 @@ class _ModelChain(ChainDefaults):
                             divergent = fatal = True
                             break
                         cost += self.n
-                        # The new design's estimator ("fisher"'s recorder
-                        # around it; importance excludes "fisher_lowrank").
-                        estimator = self.minibatch_estimator(hyper)
-                        if corrected:
-                            estimator = _RecordNoise(estimator,
-                                                     self.noise_correction == "covariance")
+                        estimator = self.step_estimator(hyper, corrected)
                     self._design_age += 1
                 if corrected and self.lowrank and (self._since_estimate is None
                                                    or self._since_estimate >= refresh_every):
@@ -750,13 +756,7 @@ class _ModelChain(ChainDefaults):
                     hyper, c = self.gibbs(rng, state.position, hyper)
                     cost += c
                     n_gibbs += 1
-                    base = self.minibatch_estimator(hyper)
-                    if corrected and self.lowrank:
-                        estimator = self._pooled = estimator.rebase(base)
-                    elif corrected:
-                        estimator = _RecordNoise(base, self.noise_correction == "covariance")
-                    else:
-                        estimator = base
+                    estimator = self.step_estimator(hyper, corrected)
                     if self.has_noise:
                         params = self.sg_params(hyper)
             if self.noise_correction is not None and not corrected:
