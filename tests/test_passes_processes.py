@@ -83,11 +83,18 @@ class _PickleProbe:
         return (_PickleProbe, ([],))
 
 
+@pytest.mark.parametrize("compiled", [False, True])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_process_pass_over_a_memmap_is_bit_identical_to_the_serial_map(tmp_path, dtype,
-                                                                       small_gate):
+                                                                       compiled, small_gate):
+    # ``compiled``: the GLM's compiled chunk sums (pass_kernel "numba", as in
+    # a compiled HMC-ECS set-up) travel with the pickled model to the workers.
+    if compiled:
+        pytest.importorskip("numba")
     X, y = _memmap_data(tmp_path, dtype=dtype)
     post = _posterior(X, y)
+    if compiled:
+        post.model.pass_kernel = "numba"
     n_chunks = len(list(post.model.chunks()))
     assert rows_file_backed(post.model) and n_chunks == 12
     ref = _passes_of(post)

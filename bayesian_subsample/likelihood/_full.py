@@ -250,13 +250,18 @@ class CentreCheck:
             etas = (np.asarray(mean) + offsets) @ sub.Z.T
             var = np.empty(len(etas))
             cuts = [0, len(etas)] if top is None else [0, top, len(etas)]
+            compiled = getattr(model, "remainder_variances", None)
             for lo, hi in zip(cuts[:-1], cuts[1:]):
                 eta = etas[lo:hi]
-                delta = eta - sub.eta_star
-                ell = model.eta_terms(sub.y, sub.w, eta, 0)[0]
-                hcd = sub.half_c * delta
-                slope = sub.b + hcd
-                var[lo:hi] = (ell - (sub.a + delta * slope)).var(axis=1)
+                v = None if compiled is None else compiled(
+                    sub.y, sub.w, eta, sub.eta_star, sub.a, sub.b, sub.half_c)
+                if v is None:
+                    delta = eta - sub.eta_star
+                    ell = model.eta_terms(sub.y, sub.w, eta, 0)[0]
+                    hcd = sub.half_c * delta
+                    slope = sub.b + hcd
+                    v = (ell - (sub.a + delta * slope)).var(axis=1)
+                var[lo:hi] = v
                 if top is None:
                     continue
                 for i in range(max(lo, top - 1), hi):
@@ -539,6 +544,13 @@ class TallPosterior:
         from ._difference import DifferenceEstimator
 
         return DifferenceEstimator(self.model, self.prior, expansion, subsample_size, n_blocks)
+
+    def compiled_passes(self):
+        """A context in which the model's full passes run compiled, where the
+        model has such passes (:func:`bayesian_subsample.models._glm.compiled_passes`)."""
+        from ..models._glm import compiled_passes
+
+        return compiled_passes(self.model)
 
     def compiled_support(self):
         """Why the compiled HMC-ECS loop cannot serve this model and prior

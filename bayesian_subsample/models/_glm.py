@@ -29,6 +29,7 @@ log-likelihood, vectorised over rows x draws; conventions in
 
 from __future__ import annotations
 
+import contextlib
 import functools
 
 import numpy as np
@@ -114,6 +115,22 @@ def _blocked_outer(X, c):
     return out
 
 
+@contextlib.contextmanager
+def compiled_passes(model):
+    """Inside the block, ``model``'s full passes run the compiled chunk sums
+    (:attr:`GLM.pass_kernel` ``"numba"``, imports numba); a model without
+    :attr:`~GLM.pass_kernel` is left as it is."""
+    if not hasattr(model, "pass_kernel"):
+        yield
+        return
+    old = model.pass_kernel
+    model.pass_kernel = "numba"
+    try:
+        yield
+    finally:
+        model.pass_kernel = old
+
+
 def _max_abs(a):
     """``max |a|`` without a temporary copy; NaN when ``a`` holds a NaN."""
     if a.size == 0:
@@ -127,6 +144,10 @@ def _on_chunk_scanned(model, method, args, bounds):
     chunk first, so the pass's own products find it in cache; a chunk with
     NaN or infinity is not computed on (its result is None)."""
     Xr, yr, wr = model.chunk_rows(*bounds)
+    if method == "_block_sums" and model._compiled_family() is not None:
+        # The compiled sums scan each block while it is in cache.
+        part, big = model._compiled_sums(Xr, yr, wr, *args, scan=True)
+        return (part if np.isfinite(big) else None), big
     big = _max_abs(Xr)
     if not np.isfinite(big):
         return None, big
@@ -333,6 +354,13 @@ class GLM:
     #: estimator's engine makes the scan as a pass of its own when the
     #: set-up made no full pass (:meth:`finish_deferred_scan`).
     deferred_scan = None
+
+    #: ``"numba"`` while the full passes of :meth:`sums` run the compiled
+    #: chunk sums (:mod:`._glm_numba`; logistic, Gaussian and Poisson
+    #: families), else ``"numpy"``.  Set for the duration of a compiled
+    #: HMC-ECS chain's set-up (:func:`compiled_passes`); the sums agree with
+    #: the numpy ones to about 1e-15 relative, not bit for bit.
+    pass_kernel = "numpy"
 
     #: One linear predictor per observation (``eta`` of shape (m,)); the
     #: multinomial model (:class:`~bayesian_subsample.models.MultinomialGLM`)
@@ -677,7 +705,11 @@ class GLM:
         ``eta``, the terms and the gradient from the block widened to
         float64, the curvature sum from the float32 block, every block's
         sums added in float64 -- each row touched while it is in cache.
+        With :attr:`pass_kernel` ``"numba"`` the compiled sums run instead
+        (:meth:`_compiled_sums`).
         """
+        if self._compiled_family() is not None:
+            return self._compiled_sums(Xr, yr, wr, theta, order)[0]
         if Xr.dtype == np.float32:
             value = 0.0
             grad = np.zeros(self.dim) if order >= 1 else None
@@ -697,6 +729,46 @@ class GLM:
         if order >= 2:
             out.append(self.weighted_outer(Xr, terms[2]))
         return out
+
+    def _compiled_family(self):
+        """``(code, a, b)`` of the family for :mod:`._glm_numba` while
+        :attr:`pass_kernel` is ``"numba"`` and it can serve this model (one
+        linear predictor, the GLM's own terms and sums, one of the three
+        families exactly), else None."""
+        if self.pass_kernel != "numba":
+            return None
+        cls = type(self)
+        if (cls.eta_terms is not GLM.eta_terms or cls._block_sums is not GLM._block_sums
+                or cls.eta is not GLM.eta or self.n_linear_predictors != 1):
+            return None
+        family = type(self.family)
+        if family is LogisticFamily:
+            return 0, 0.0, 0.0
+        if family is GaussianFamily:
+            return 1, float(self.family.curvature_bound), float(self.family._log_norm)
+        if family is PoissonFamily:
+            return 2, 0.0, 0.0
+        return None
+
+    def _compiled_sums(self, Xr, yr, wr, theta, order, scan=False):
+        """:meth:`_block_sums` by :func:`._glm_numba.chunk_sums`, and ``max |x|``
+        of the rows when ``scan`` (0.0 otherwise)."""
+        from . import _glm_numba
+
+        fam, a, b = self._compiled_family()
+        return _glm_numba.chunk_sums(Xr, yr, wr, theta, self.fit_intercept, fam, a, b, order,
+                                     scan=scan)
+
+    def remainder_variances(self, yr, wr, etas, eta_star, a, b, half_c):
+        """Compiled per-draw variances of the difference estimator's remainders
+        (:func:`._glm_numba.remainder_variances`) while :attr:`pass_kernel` is
+        ``"numba"``; None otherwise (the caller computes them with numpy)."""
+        family = self._compiled_family()
+        if family is None:
+            return None
+        from . import _glm_numba
+
+        return _glm_numba.remainder_variances(etas, yr, wr, *family, eta_star, a, b, half_c)
 
     def _block_outer(self, Xr, yr, wr):
         """``sum_i w_i z_i z_i^T`` over the rows ``Xr`` (unit weights when unweighted)."""
