@@ -161,17 +161,30 @@ def _add_curvature(Xc, Xb, nb, c, cs, S, intercept, hess):
             hess[j + 1, 0] += cx[j]
 
 
-@_jit
-def _sums64(X, y, w, has_w, theta, intercept, fam, fam_a, fam_b, order, scan, grad, hess):
-    n, p = X.shape
+@_inline
+def _start(n, p, theta, intercept):
+    """Block size, ``beta``, the intercept and the per-block work arrays of
+    :func:`_sums64` / :func:`_sums32`."""
     B = min(BLOCK_ROWS, max(n, 1))
     beta = np.ascontiguousarray(theta[intercept:])
     t0 = theta[0] if intercept else 0.0
-    ell, g, c = np.empty(B), np.empty(B), np.empty(B)
+    return (B, beta, t0, np.empty(B), np.empty(B), np.empty(B), np.zeros(p), np.zeros(p))
+
+
+@_inline
+def _max_abs(colmax, colsum):
+    """``max |x|`` from the scan's column maxima, NaN if a column held a NaN."""
+    if np.isnan(colsum.sum()):
+        return np.nan
+    return colmax.max() if colmax.shape[0] else 0.0
+
+
+@_jit
+def _sums64(X, y, w, has_w, theta, intercept, fam, fam_a, fam_b, order, scan, grad, hess):
+    n, p = X.shape
+    B, beta, t0, ell, g, c, colmax, colsum = _start(n, p, theta, intercept)
     cs = np.empty(B)
     S = np.empty((B, p))
-    colmax = np.zeros(p)
-    colsum = np.zeros(p)
     value = 0.0
     for s in range(0, n, B):
         nb = min(B, n - s)
@@ -183,23 +196,16 @@ def _sums64(X, y, w, has_w, theta, intercept, fam, fam_a, fam_b, order, scan, gr
             _add_gradient(Xb, nb, g, intercept, grad)
         if order >= 2:
             _add_curvature(Xb, Xb, nb, c, cs, S, intercept, hess)
-    if np.isnan(colsum.sum()):
-        return value, np.nan
-    return value, colmax.max() if p else 0.0
+    return value, _max_abs(colmax, colsum)
 
 
 @_jit
 def _sums32(X, y, w, has_w, theta, intercept, fam, fam_a, fam_b, order, scan, grad, hess):
     n, p = X.shape
-    B = min(BLOCK_ROWS, max(n, 1))
-    beta = np.ascontiguousarray(theta[intercept:])
-    t0 = theta[0] if intercept else 0.0
-    ell, g, c = np.empty(B), np.empty(B), np.empty(B)
+    B, beta, t0, ell, g, c, colmax, colsum = _start(n, p, theta, intercept)
     cs = np.empty(B, dtype=np.float32)
     S = np.empty((B, p), dtype=np.float32)
     Xd = np.empty((B, p))
-    colmax = np.zeros(p)
-    colsum = np.zeros(p)
     value = 0.0
     for s in range(0, n, B):
         nb = min(B, n - s)
@@ -215,9 +221,7 @@ def _sums32(X, y, w, has_w, theta, intercept, fam, fam_a, fam_b, order, scan, gr
             _add_gradient(Xb, nb, g, intercept, grad)
         if order >= 2:
             _add_curvature(X[s:s + nb], Xb, nb, c, cs, S, intercept, hess)
-    if np.isnan(colsum.sum()):
-        return value, np.nan
-    return value, colmax.max() if p else 0.0
+    return value, _max_abs(colmax, colsum)
 
 
 @_jit
