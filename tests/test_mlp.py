@@ -58,6 +58,95 @@ def test_gradient_moments_are_sums_over_per_row_gradients(output, k, hidden):
     assert not np.allclose(s2, rows.sum(axis=0) ** 2, rtol=1e-3)
 
 
+def _reductions(net, theta, X, y, tau, rng):
+    """Every reduction of the one backward recursion (``MLP._layer_errors``),
+    as explicit per-row quantities: ``J`` from :meth:`MLP.gradient_rows`
+    and the other five against it."""
+    layers = net.unpack(theta, net._dtype(X))
+    acts, z = net.forward(theta, X, layers)
+    _, delta = net.output_loglik(z, y, tau)
+    c, C = rng.normal(size=len(X)), rng.normal(size=(len(X), 3))
+    J = np.asarray(net.gradient_rows(acts, delta, layers), dtype=np.float64)
+    cd = c.astype(delta.dtype)[:, None]
+    got = {"backward": net.backward(acts, delta, layers),
+           "backward_weighted": net.backward(acts, delta * cd, layers),
+           "backward_many": net.backward_many(acts, delta, layers, C),
+           "gradient_gram": net.gradient_gram(acts, delta, layers),
+           "gradient_square_norms": net.gradient_square_norms(acts, delta, layers),
+           "gradient_moments": np.stack(net.gradient_moments(theta, X, y, tau))}
+    want = {"backward": J.sum(axis=0), "backward_weighted": J.T @ c,
+            "backward_many": J.T @ C, "gradient_gram": J @ J.T,
+            "gradient_square_norms": np.einsum("ij,ij->i", J, J),
+            "gradient_moments": np.stack([J.sum(axis=0), (J * J).sum(axis=0)])}
+    return J, got, want
+
+
+def _per_row_finite_differences(net, theta, X, y, tau, h=1e-6):
+    fd = np.empty((len(X), net.dim))
+    for j in range(net.dim):
+        e = np.zeros(net.dim)
+        e[j] = h
+        fd[:, j] = (net.loglik_rows(theta + e, X, y, tau)
+                    - net.loglik_rows(theta - e, X, y, tau)) / (2 * h)
+    return fd
+
+
+@pytest.mark.parametrize("output,k", [("softmax", 3), ("sigmoid", 1), ("gaussian", 2)])
+@pytest.mark.parametrize("activation", ["logistic", "tanh", "relu", "identity"])
+@pytest.mark.parametrize("hidden", [(), (5,), (4, 3)])
+def test_backward_reductions_agree_with_each_other_and_finite_differences(output, k,
+                                                                         activation, hidden):
+    # The six passes share one backward recursion: the per-row gradients
+    # (gradient_rows) match central differences of the per-row log
+    # likelihoods, and backward, backward_many, gradient_gram,
+    # gradient_square_norms and gradient_moments are the same reductions of them.
+    rng = np.random.default_rng(2)
+    net = MLP(4, hidden, k, activation, output)
+    X = rng.normal(size=(7, 4))
+    y = _data(output, 7, rng)
+    theta = rng.normal(size=net.dim)
+    J, got, want = _reductions(net, theta, X, y, 1.7, rng)
+    fd = _per_row_finite_differences(net, theta, X, y, 1.7)
+    np.testing.assert_allclose(J, fd, rtol=1e-5, atol=1e-6)
+    for name in want:
+        np.testing.assert_allclose(got[name], want[name], rtol=1e-10,
+                                   atol=1e-12 * max(1.0, np.abs(want[name]).max()),
+                                   err_msg=name)
+    # float32 data: the same recursion in float32, to float32 precision.
+    J32, got32, _ = _reductions(net, theta, X.astype(np.float32), y, 1.7,
+                                np.random.default_rng(3))
+    _, got64, _ = _reductions(net, theta, X, y, 1.7, np.random.default_rng(3))
+    assert got32["backward"].dtype == np.float64 and np.allclose(J32, J, rtol=1e-3, atol=1e-4)
+    for name in got:
+        scale = np.abs(got64[name]).max()
+        np.testing.assert_allclose(got32[name], got64[name], rtol=1e-3, atol=1e-4 * scale,
+                                   err_msg=name)
+
+
+def test_backward_reductions_negative_control_without_the_activation_slope(monkeypatch):
+    # A recursion that drops the activation slope (delta = delta W^T only)
+    # fails the finite-difference check, and every pass built on it changes.
+    rng = np.random.default_rng(2)
+    net = MLP(4, (4, 3), 3, "tanh", "softmax")
+    X = rng.normal(size=(7, 4))
+    y = _data("softmax", 7, rng)
+    theta = rng.normal(size=net.dim)
+    _, right, _ = _reductions(net, theta, X, y, 1.0, np.random.default_rng(0))
+    fd = _per_row_finite_differences(net, theta, X, y, 1.0)
+
+    def no_slope(self, acts, delta, layers):
+        for layer in range(self.n_layers - 1, -1, -1):
+            yield layer, acts[layer], delta
+            if layer:
+                delta = delta @ layers[layer][0].T
+
+    monkeypatch.setattr(MLP, "_layer_errors", no_slope)
+    J, wrong, _ = _reductions(net, theta, X, y, 1.0, np.random.default_rng(0))
+    assert not np.allclose(J, fd, rtol=1e-5, atol=1e-6)
+    for name in right:
+        assert not np.allclose(wrong[name], right[name], rtol=1e-5), name
+
+
 def test_float32_inputs_stay_float32_and_agree():
     rng = np.random.default_rng(1)
     net = MLP(6, (8,), 3, "tanh", "softmax")

@@ -210,21 +210,42 @@ class MLP:
         _, delta = self.output_loglik(z, y, noise_precision)
         return self.gradient_square_norms(acts, delta, layers)
 
+    def _layer_errors(self, acts, delta, layers):
+        """The backward recursion: ``(l, A_l, Delta_l)`` for ``l = L-1, ..., 0``.
+
+        ``A_l = acts[l]`` is layer ``l``'s input (rows, fan_in) and
+        ``Delta_l`` (rows, fan_out) the derivative of the function whose
+        output error is ``delta`` (``Delta_{L-1} = delta``) with respect to
+        layer ``l``'s pre-activation ``z_l = A_l W_l + b_l``, back-propagated
+        by ``Delta_{l-1} = (Delta_l W_l^T) * sigma'(z_{l-1})`` with the slope
+        written in terms of ``A_l = sigma(z_{l-1})``
+        (:func:`_activation_slope`).  Each ``Delta_{l-1}`` is a new array
+        (``delta`` and the yielded errors are never written to), computed
+        only when the next layer is asked for: the per-row gradient of
+        layer ``l``'s weights is ``outer(A_l[i], Delta_l[i])`` and of its
+        bias ``Delta_l[i]``, and every pass below (:meth:`backward`,
+        :meth:`backward_many`, :meth:`gradient_moments`,
+        :meth:`gradient_gram`, :meth:`gradient_rows`,
+        :meth:`gradient_square_norms`) is a different reduction of these.
+        """
+        for layer in range(self.n_layers - 1, -1, -1):
+            yield layer, acts[layer], delta
+            if layer:
+                delta = delta @ layers[layer][0].T
+                delta *= _activation_slope(self.activation, acts[layer])
+
     def backward(self, acts, delta, layers):
         """Gradient (float64, shape (dim,)) of ``sum_i`` of a function of the
         outputs whose derivative with respect to the output pre-activation is
         ``delta`` (rows, n_outputs), given the forward pass ``acts``."""
         grad = np.empty(self.dim)
-        for layer in range(self.n_layers - 1, -1, -1):
+        for layer, a, delta in self._layer_errors(acts, delta, layers):
             w, b = self.slices[layer]
             fan_in, fan_out = self.layer_shapes[layer]
             # The product is written straight into the float64 gradient (one
             # cast, no intermediate ravel copy).
-            grad[w].reshape(fan_in, fan_out)[...] = acts[layer].T @ delta
+            grad[w].reshape(fan_in, fan_out)[...] = a.T @ delta
             grad[b] = delta.sum(axis=0, dtype=np.float64)
-            if layer:
-                delta = delta @ layers[layer][0].T
-                delta *= _activation_slope(self.activation, acts[layer])
         return grad
 
     def backward_many(self, acts, delta, layers, C):
@@ -243,17 +264,14 @@ class MLP:
         dt = acts[0].dtype
         Cd = C.astype(dt, copy=False)
         out = np.empty((self.dim, k))
-        for layer in range(self.n_layers - 1, -1, -1):
+        for layer, a, delta in self._layer_errors(acts, delta, layers):
             w, b = self.slices[layer]
             fan_in, fan_out = self.layer_shapes[layer]
             scaled = (delta[:, None, :] * Cd[:, :, None]).reshape(len(delta), k * fan_out)
-            prod = acts[layer].T @ scaled                       # (fan_in, k * fan_out)
+            prod = a.T @ scaled                                # (fan_in, k * fan_out)
             out[w] = prod.reshape(fan_in, k, fan_out).transpose(0, 2, 1).reshape(
                 fan_in * fan_out, k)
             out[b] = np.asarray(delta.T, dtype=np.float64) @ C
-            if layer:
-                delta = delta @ layers[layer][0].T
-                delta *= _activation_slope(self.activation, acts[layer])
         return out
 
     def tangent(self, direction, acts, layers):
@@ -360,17 +378,13 @@ class MLP:
         acts, z = self.forward(theta, X, layers)
         _, delta = self.output_loglik(z, y, noise_precision)
         s1, s2 = np.empty(self.dim), np.empty(self.dim)
-        for layer in range(self.n_layers - 1, -1, -1):
+        for layer, a, delta in self._layer_errors(acts, delta, layers):
             w, b = self.slices[layer]
             fan_in, fan_out = self.layer_shapes[layer]
-            a = acts[layer]
             s1[w].reshape(fan_in, fan_out)[...] = a.T @ delta
             s2[w].reshape(fan_in, fan_out)[...] = (a * a).T @ (delta * delta)
             s1[b] = delta.sum(axis=0, dtype=np.float64)
             s2[b] = np.einsum("ij,ij->j", delta, delta, dtype=np.float64)
-            if layer:
-                delta = delta @ layers[layer][0].T
-                delta *= _activation_slope(self.activation, a)
         return s1, s2
 
     def gradient_gram(self, acts, delta, layers):
@@ -389,15 +403,11 @@ class MLP:
         """
         m = delta.shape[0]
         gram = np.zeros((m, m))
-        for layer in range(self.n_layers - 1, -1, -1):
-            a = acts[layer]
+        for _, a, delta in self._layer_errors(acts, delta, layers):
             inner = np.asarray(a @ a.T, dtype=np.float64)
             inner += 1.0
             inner *= np.asarray(delta @ delta.T, dtype=np.float64)
             gram += inner
-            if layer:
-                delta = delta @ layers[layer][0].T
-                delta *= _activation_slope(self.activation, a)
         return gram
 
     def gradient_rows(self, acts, delta, layers):
@@ -409,14 +419,10 @@ class MLP:
         the cheaper matrix to decompose than :meth:`gradient_gram`)."""
         m = delta.shape[0]
         out = np.empty((m, self.dim), dtype=acts[0].dtype)
-        for layer in range(self.n_layers - 1, -1, -1):
+        for layer, a, delta in self._layer_errors(acts, delta, layers):
             w, b = self.slices[layer]
-            a = acts[layer]
             out[:, w] = (a[:, :, None] * delta[:, None, :]).reshape(m, -1)
             out[:, b] = delta
-            if layer:
-                delta = delta @ layers[layer][0].T
-                delta *= _activation_slope(self.activation, a)
         return out
 
     def gradient_square_norms(self, acts, delta, layers):
@@ -424,13 +430,9 @@ class MLP:
         :meth:`gradient_gram`, ``sum_l |Delta_l[i]|^2 (|A_l[i]|^2 + 1)``, at
         the cost of the back-propagation of ``delta`` alone."""
         out = np.zeros(delta.shape[0])
-        for layer in range(self.n_layers - 1, -1, -1):
-            a = acts[layer]
+        for _, a, delta in self._layer_errors(acts, delta, layers):
             d2 = np.einsum("ij,ij->i", delta, delta, dtype=np.float64)
             out += d2 * (np.einsum("ij,ij->i", a, a, dtype=np.float64) + 1.0)
-            if layer:
-                delta = delta @ layers[layer][0].T
-                delta *= _activation_slope(self.activation, a)
         return out
 
     def loglik_grad_and_rows(self, theta, X, y, noise_precision=1.0):
