@@ -22,7 +22,7 @@ from scipy import linalg
 
 from bayesian_subsample.diagnostics import configurational_temperature
 from bayesian_subsample.estimators import BayesianMLPClassifier
-from bayesian_subsample.likelihood import ImportanceDesign
+from bayesian_subsample.likelihood import ImportanceDesign, MinibatchGradientNoise
 from bayesian_subsample.likelihood._model_target import HierarchicalPosterior
 from bayesian_subsample.models._mlp import MLP, MLPModel
 from bayesian_subsample.samplers._sg_model import ModelSG, run_model_chain
@@ -309,6 +309,69 @@ def test_design_noise_estimate_is_the_empirical_fisher_of_the_draws():
     # Negative control: w^2 without dividing by the times drawn over-counts duplicates.
     wrong, _ = _enumerate_noise(design, model, theta, divide_by_counts=False)
     assert np.linalg.norm(wrong - target) > 1e-3 * np.linalg.norm(target)
+
+
+class _AlwaysWithGradient:
+    """The row model as it was: ``loglik_grad_and_rows`` ignores ``with_grad``
+    and makes the plain gradient's backward pass anyway."""
+
+    def __init__(self, model):
+        self._model = model
+
+    def __getattr__(self, name):
+        return getattr(self._model, name)
+
+    def loglik_grad_and_rows(self, theta, idx, noise_precision=1.0, with_grad=True):
+        return self._model.loglik_grad_and_rows(theta, idx, noise_precision)
+
+
+def _count_backward(monkeypatch):
+    calls = []
+    backward = MLP.backward
+
+    def counted(self, acts, delta, layers):
+        calls.append(len(delta))
+        return backward(self, acts, delta, layers)
+
+    monkeypatch.setattr(MLP, "backward", counted)
+    return calls
+
+
+def test_design_estimate_with_noise_makes_one_backward_pass(monkeypatch):
+    from bayesian_subsample.likelihood import Hyperparameters
+
+    net, model, theta = _tiny(n=12)
+    s = model.gradient_square_norms(theta)
+    s[2] *= 1e4
+    design = ImportanceDesign(s, 6)
+    post = HierarchicalPosterior(model, net.layer_of_each_weight(), net.glorot_init)
+    hyper = Hyperparameters(np.array([1.3, 0.7]), 1.0)
+    est = post.gradient_estimator(6, hyper, design)
+    prior = hyper.precisions[post.groups] * theta
+    calls = _count_backward(monkeypatch)
+    g, noise = est.grad_with_noise(theta, np.random.default_rng(4))
+    # One backward pass, for the weighted estimate; the plain gradient's is skipped.
+    assert len(calls) == 1
+    # The same values as with the plain gradient computed (and thrown away):
+    # the same draw, the rows' maps bit for bit, the weighted sum J^T w.
+    idx, w, c = design.draw(np.random.default_rng(4), noise=True)
+    ll, grad, rows = model.loglik_grad_and_rows(theta, idx)
+    ll0, none, rows0 = model.loglik_grad_and_rows(theta, idx, with_grad=False)
+    assert none is None and ll0 == ll and np.array_equal(rows0.gram(), rows.gram())
+    assert np.array_equal(g, rows.transpose_apply(w) - prior)
+    u = np.random.default_rng(5).normal(size=net.dim)
+    assert np.array_equal(noise.matvec(u),
+                          MinibatchGradientNoise(rows, model.n_obs, row_weights=c).matvec(u))
+    # ... and the estimate of grad() on the same draw (weighted_loglik_and_grad).
+    np.testing.assert_allclose(g, est.grad(theta, np.random.default_rng(4)), rtol=1e-12,
+                               atol=1e-12 * np.abs(g).max())
+    # Negative control: a row model that makes the plain gradient anyway
+    # costs the second backward pass the counter sees.
+    post.model = _AlwaysWithGradient(model)
+    calls.clear()
+    g2, _ = post.gradient_estimator(6, hyper, design).grad_with_noise(
+        theta, np.random.default_rng(4))
+    assert len(calls) == 2 and np.array_equal(g2, g)
 
 
 # The correction's test runs where the design leaves more noise than at M, ETA:

@@ -75,6 +75,26 @@ def test_noise_operator_matches_explicit_per_row_gradients(output, centred):
                                np.linalg.eigvalsh(V)[-1], rtol=1e-6)
 
 
+@pytest.mark.parametrize("output", ["softmax", "gaussian"])
+def test_rows_without_the_plain_gradient_are_the_same_maps(output, monkeypatch):
+    # with_grad=False: no backward pass, grad None, and every map of the
+    # rows bit for bit as with the gradient (it is a pure skip).
+    net, model, theta, idx, rng = _tiny(output)
+    ll, g, rows = model.loglik_grad_and_rows(theta, idx, 1.7)
+    calls = []
+    backward = MLP.backward
+    monkeypatch.setattr(MLP, "backward", lambda *a: calls.append(1) or backward(*a))
+    ll0, g0, rows0 = model.loglik_grad_and_rows(theta, idx, 1.7, with_grad=False)
+    assert calls == [] and g0 is None and ll0 == ll
+    c, C, u = rng.normal(size=len(idx)), rng.normal(size=(len(idx), 3)), rng.normal(size=net.dim)
+    for name, args in [("apply", (u,)), ("transpose_apply", (c,)),
+                       ("transpose_apply_many", (C,)), ("gram", ()), ("jacobian", ()),
+                       ("square_norms", ())]:
+        assert np.array_equal(getattr(rows0, name)(*args), getattr(rows, name)(*args)), name
+    # The plain gradient is the rows' unweighted sum (what with_grad=True adds).
+    np.testing.assert_allclose(rows0.transpose_apply(np.ones(len(idx))), g, rtol=1e-12)
+
+
 def test_noise_operator_of_a_single_row_and_of_the_whole_data_is_zero():
     # m = n: no sampling noise (finite-population factor 0); m = 1: no estimate.
     net, model, theta, _, rng = _tiny()
@@ -468,6 +488,24 @@ def test_pooled_estimate_leaves_out_rows_without_gradient_and_is_unchanged():
     _, _, kept = post.model.loglik_grad_and_rows(theta, idx[~fitted[idx]])
     wrong = LowRankGradientNoise(kept, 40, 8, 4)
     assert abs(wrong.s[0] - full.s[0]) > 1e-3 * full.s[0]
+
+
+def test_pooled_estimate_makes_no_backward_pass_of_a_plain_gradient(monkeypatch):
+    from .test_sg_importance_minibatch import _AlwaysWithGradient, _count_backward
+
+    net, model, theta, _, rng = _tiny("softmax", n=40)
+    post = HierarchicalPosterior(model, net.layer_of_each_weight(), net.glorot_init)
+    est = post.gradient_estimator(8, post.point_hyper(theta)[0])
+    calls = _count_backward(monkeypatch)
+    op = est.pooled_noise(theta, np.random.default_rng(3), 24, 4)
+    assert calls == []
+    # Negative control: the model that makes the gradient anyway is seen
+    # (one backward pass of the 24 pooled rows), and the estimate is the same.
+    post.model = _AlwaysWithGradient(model)
+    ref = est.pooled_noise(theta, np.random.default_rng(3), 24, 4)
+    assert calls == [24]
+    u = rng.normal(size=net.dim)
+    assert np.array_equal(op.s, ref.s) and np.array_equal(op.matvec(u), ref.matvec(u))
 
 
 def test_lowrank_pool_too_large_for_memory_is_refused_before_sampling():

@@ -72,6 +72,19 @@ class RowModel(Protocol):
     # derivatives ``u^T grad log p(y_i | theta)`` and the summed Gauss-Newton
     # curvature along ``u``, by a forward-mode pass over the same rows (the
     # stochastic bouncy particle sampler needs them; see ModelObservation).
+    #
+    # Optional: ``loglik_grad_and_rows(theta, idx, noise_precision,
+    # with_grad=True) -> (ll, grad, rows)``: ``loglik_and_grad`` plus linear
+    # maps ``rows`` of the per-row gradients (``apply``, ``transpose_apply``,
+    # ``gram``, ...; see MinibatchGradientNoise); with ``with_grad=False``
+    # ``grad`` is None and not computed (callers that need only ``rows``
+    # pass it: the importance design's weighted estimate, the pooled
+    # estimate).  The SG-HMC gradient-noise correction needs it.
+    #
+    # Optional: ``weighted_loglik_and_grad(theta, idx, weights,
+    # noise_precision)`` and ``gradient_square_norms(theta, noise_precision)``
+    # (importance-sampled minibatches; see ImportanceDesign).  What needs
+    # each optional method: _OPTIONAL_MODEL_METHODS.
 
 
 #: :meth:`ModelMinibatchGradient.pooled_noise` leaves out the pooled rows with
@@ -264,8 +277,10 @@ class ModelMinibatchGradient:
         rows_fn = p.model_method("loglik_grad_and_rows")
         if self.design is not None:
             # The weighted estimate and its design's V_hat (uncentred only).
+            # Only the rows' maps are needed (the weighted gradient is one
+            # backward pass with the weights): no plain gradient.
             idx, w, c = self.design.draw(rng, noise=True)
-            _, _, rows = rows_fn(position, idx, self.hyper.noise_precision)
+            _, _, rows = rows_fn(position, idx, self.hyper.noise_precision, with_grad=False)
             grad = rows.transpose_apply(w) - self._prior_precision * position
             return grad, MinibatchGradientNoise(rows, p.n_obs, row_weights=c)
         idx = sample_without_replacement(rng, p.n_obs, self.subsample_size)
@@ -287,7 +302,7 @@ class ModelMinibatchGradient:
         position = np.asarray(position, dtype=np.float64)
         tau = self.hyper.noise_precision
         with np.errstate(over="ignore", invalid="ignore"):
-            _, _, rows = rows_fn(position, idx, tau)
+            _, _, rows = rows_fn(position, idx, tau, with_grad=False)
             norms = getattr(rows, "square_norms", None)
             if norms is not None:
                 # Rows whose gradients together hold less than PRUNE_TRACE of
@@ -304,7 +319,7 @@ class ModelMinibatchGradient:
                         kept = np.sort(order[:n_keep])
                         subset = getattr(rows, "subset", None)
                         rows = (subset(kept) if subset is not None
-                                else rows_fn(position, idx[kept], tau)[2])
+                                else rows_fn(position, idx[kept], tau, with_grad=False)[2])
         return LowRankGradientNoise(rows, p.n_obs, self.subsample_size, rank,
                                     n_pooled=len(idx))
 

@@ -435,12 +435,14 @@ class MLP:
             out += d2 * (np.einsum("ij,ij->i", a, a, dtype=np.float64) + 1.0)
         return out
 
-    def loglik_grad_and_rows(self, theta, X, y, noise_precision=1.0):
+    def loglik_grad_and_rows(self, theta, X, y, noise_precision=1.0, with_grad=True):
         """``loglik_and_grad`` plus linear maps of the per-row gradients.
 
-        Returns ``(ll, grad, rows)``; with ``J`` the (rows, dim) matrix of
-        per-row gradients ``grad log p(y_i | x_i, theta)`` (never formed),
-        ``rows`` has
+        Returns ``(ll, grad, rows)``; ``grad`` is None if ``with_grad`` is
+        False (no backward pass is made then: for callers that need only
+        ``rows``, e.g. a weighted sum ``rows.transpose_apply(w)``).  With
+        ``J`` the (rows, dim) matrix of per-row gradients ``grad log p(y_i |
+        x_i, theta)`` (never formed), ``rows`` has
 
         * ``rows.apply(u)``: ``J u``, the per-row directional derivatives
           (the forward-mode pass :meth:`tangent`, about one forward pass);
@@ -461,7 +463,7 @@ class MLP:
         layers = self.unpack(theta, self._dtype(X))
         acts, z = self.forward(theta, X, layers)
         ll, delta = self.output_loglik(z, y, noise_precision)
-        grad = self.backward(acts, delta, layers)
+        grad = self.backward(acts, delta, layers) if with_grad else None
         return float(ll.sum()), grad, _GradientRows(self, acts, delta, layers)
 
     def predict_output(self, theta, X):
@@ -558,11 +560,12 @@ class MLPModel(ChunkedRowModel):
         return self.network.loglik_grad_and_tangent(theta, self.X[idx], self.y[idx],
                                                     noise_precision)
 
-    def loglik_grad_and_rows(self, theta, idx, noise_precision=1.0):
+    def loglik_grad_and_rows(self, theta, idx, noise_precision=1.0, with_grad=True):
         """:meth:`MLP.loglik_grad_and_rows` on rows ``idx`` (linear maps of the
-        per-row gradients, for the SG-HMC gradient-noise correction)."""
+        per-row gradients, for the SG-HMC gradient-noise correction; the
+        gradient is None and not computed if ``with_grad`` is False)."""
         return self.network.loglik_grad_and_rows(theta, self.X[idx], self.y[idx],
-                                                 noise_precision)
+                                                 noise_precision, with_grad)
 
     def weighted_loglik_and_grad(self, theta, idx, weights, noise_precision=1.0):
         """:meth:`MLP.weighted_loglik_and_grad` on rows ``idx`` (importance-sampled
