@@ -122,3 +122,35 @@ def exp_vec(x):
     if x > 1000.0:
         e = math.inf
     return e
+
+
+# The families' per-row log-likelihood terms, shared by the compiled HMC-ECS
+# chain and the compiled GLM passes (the same arithmetic as the families'
+# numpy ``loglik``, with exp_vec and log1p_unit for the library calls).
+
+@_inline
+def logistic_row(eta, e, y):
+    """``(ell, d ell / d eta, mu)`` of the logistic log-likelihood of one row,
+    ``mu = sigmoid(eta)``, from ``eta`` and ``e = exp(-|eta|)`` (which the
+    caller computes in a loop of its own, so that both loops vectorise):
+    ``ell = y eta - max(eta, 0) - log1p(e)``."""
+    ell = y * eta - (eta if eta > 0.0 else 0.0) - log1p_unit(e)
+    rr = 1.0 / (e + 1.0)
+    mu = rr if eta >= 0.0 else e * rr
+    return ell, y - mu, mu
+
+
+@_inline
+def gaussian_row(eta, y, precision, log_norm):
+    """``(ell, d ell / d eta)`` of the Gaussian log-likelihood of one row:
+    ``ell = log_norm - precision (y - eta)^2 / 2``."""
+    resid = y - eta
+    return log_norm - 0.5 * precision * resid * resid, precision * resid
+
+
+@_inline
+def poisson_row(eta, y):
+    """``(ell, d ell / d eta, mu)`` of the Poisson log-likelihood of one row,
+    ``mu = exp(eta)``: ``ell = y eta - mu - log(y!)``."""
+    mu = exp_vec(eta)
+    return y * eta - mu - math.lgamma(y + 1.0), y - mu, mu

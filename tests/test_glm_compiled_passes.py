@@ -6,6 +6,10 @@ They replace the numpy chunk sums while a GLM's ``pass_kernel`` is
 with the same verdicts, and the centre check's remainder variances.
 """
 
+import hashlib
+import pathlib
+import threading
+
 import numpy as np
 import pytest
 
@@ -14,8 +18,9 @@ pytest.importorskip("numba")
 from bayesian_subsample import BayesianLogisticRegression  # noqa: E402
 from bayesian_subsample.models import _glm_numba  # noqa: E402
 from bayesian_subsample.models._glm import (  # noqa: E402
-    GLM, GaussianFamily, LogisticFamily, PoissonFamily, _max_abs, compiled_passes)
-from bayesian_subsample.samplers import HMCECS  # noqa: E402
+    GLM, GaussianFamily, LogisticFamily, PoissonFamily, _max_abs, compiled_family,
+    compiled_passes)
+from bayesian_subsample.samplers import HMCECS, _ecs_numba  # noqa: E402
 
 FAMILIES = {
     "logistic": (LogisticFamily, lambda rng, eta: (rng.random(len(eta))
@@ -53,26 +58,97 @@ def test_compiled_sums_equal_the_numpy_sums(family, dtype, weighted, intercept):
         for a, b in zip(got, ref):
             scale = np.max(np.abs(b))
             assert np.max(np.abs(np.subtract(a, b))) <= 1e-13 * scale, (order, a, b)
-    # The comparison sees a wrong sum: other coefficients, another gradient.
+    # The comparison sees a wrong sum: other coefficients give another
+    # gradient; so do the weights or the intercept left out.
     with compiled_passes(model):
         other = model.sums(theta + 0.01, order=2)
     assert not np.allclose(other[1], ref[1], rtol=1e-6, atol=0)
+    code, a, b = compiled_family(model.family)
+    X, y = np.ascontiguousarray(model.X), model.y.astype(np.float64)
+    if weighted:
+        dropped = _glm_numba.chunk_sums(X, y, None, theta, intercept, code, a, b, 1)[0]
+        assert not np.allclose(dropped[1], ref[1], rtol=1e-6, atol=0)
+    if intercept:
+        shifted = theta.copy()
+        shifted[0] = 0.0
+        no_icpt = _glm_numba.chunk_sums(X, y, model.sample_weight, shifted, True, code, a, b,
+                                        1)[0]
+        assert not np.allclose(no_icpt[1], ref[1], rtol=1e-6, atol=0)
 
 
 def test_models_the_kernel_cannot_serve_keep_the_numpy_sums():
-    class Subclass(GLM):
+    class OwnTerms(GLM):
         def eta_terms(self, yr, wr, eta, order=0):
             return super().eta_terms(yr, wr, eta, order)
+
+    class DoubledDerivatives(GLM):
+        """Overrides methods the compiled sums replace (not their rows)."""
+
+        def backprop(self, Xr, g):
+            return 2.0 * super().backprop(Xr, g)
+
+        def weighted_outer(self, Xr, c, Xd=None):
+            return 2.0 * super().weighted_outer(Xr, c, Xd)
 
     rng = np.random.default_rng(3)
     X = rng.standard_normal((300, 3))
     y = (rng.random(300) < 0.5).astype(float)
-    for model in (Subclass(X, y, LogisticFamily()),
+    theta = np.array([0.1, -0.2, 0.3, 0.05])
+    for model in (OwnTerms(X, y, LogisticFamily()), DoubledDerivatives(X, y, LogisticFamily()),
                   GLM(X, y, type("OtherFamily", (LogisticFamily,), {})())):
+        ref = model.sums(theta, order=2)
         with compiled_passes(model):
             assert model.pass_kernel == "numba" and model._compiled_family() is None
             assert model.remainder_variances(y, None, np.zeros((2, 300)), *[np.zeros(300)] * 4) \
                 is None
+            got = model.sums(theta, order=2)
+        for a, b in zip(got, ref):
+            assert np.array_equal(a, b)
+    # Negative control: the plain GLM does take the compiled sums.
+    plain = GLM(X, y, LogisticFamily())
+    with compiled_passes(plain):
+        assert plain._compiled_family() == (0, 0.0, 0.0)
+
+
+def test_compiled_passes_nest_and_overlap_and_restore_the_kernel():
+    model = _model("logistic", np.float64, False, True, n=50)
+    opened, closed = threading.Event(), threading.Event()
+
+    def other_thread():
+        with compiled_passes(model):
+            opened.set()
+            closed.wait(10)
+
+    with compiled_passes(model):
+        worker = threading.Thread(target=other_thread)
+        worker.start()
+        opened.wait(10)
+    # The first block closed while the other thread's is open: still compiled.
+    assert model.pass_kernel == "numba"
+    closed.set()
+    worker.join(10)
+    assert model.pass_kernel == "numpy"
+    with pytest.raises(RuntimeError):
+        with compiled_passes(model):
+            with compiled_passes(model):
+                raise RuntimeError("inside")
+    assert model.pass_kernel == "numpy"
+    # A kernel chosen before the first block is what the last one restores.
+    model.pass_kernel = "numba"
+    with compiled_passes(model):
+        pass
+    assert model.pass_kernel == "numba"
+
+
+def test_edits_of_the_shared_arithmetic_force_the_kernels_to_recompile():
+    """numba's disk cache checks a kernel against its own file only: the
+    modules that inline ``_numba_math`` must be edited with it (module notes)."""
+    source = pathlib.Path(_glm_numba.__file__).parent.parent / "_numba_math.py"
+    digest = hashlib.sha256(source.read_bytes()).hexdigest()[:16]
+    for module in (_glm_numba, _ecs_numba):
+        assert module.NUMBA_MATH_SHA256 == digest, (
+            f"_numba_math.py changed: set {module.__name__}.NUMBA_MATH_SHA256 = {digest!r} "
+            "(editing that file makes numba recompile its cached kernels)")
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
@@ -125,8 +201,8 @@ def _tall_logistic(n=120_000, d=4, seed=6):
 @pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
 def test_a_compiled_chain_gets_compiled_set_up_passes(monkeypatch):
     """``backend="auto"`` from AUTO_MIN_ROWS rows (and ``"numba"``) make the set-up
-    passes compiled, ``"numpy"`` does not; the model is left as it was; the
-    compiled set-up finds the same reference point to rounding."""
+    passes compiled, ``"numpy"`` does not, and ``sampler_info_`` says which ran;
+    the compiled set-up finds the same reference point to rounding."""
     X, y = _tall_logistic()
     kinds = []
     original = GLM._compiled_sums
@@ -142,9 +218,20 @@ def test_a_compiled_chain_gets_compiled_set_up_passes(monkeypatch):
         est = BayesianLogisticRegression(sampler=HMCECS(backend=backend), n_chains=1,
                                          n_warmup=30, n_draws=20, random_state=0, n_jobs=1)
         est.fit(X, y)
-        assert est.sampler_info_[0]["backend"] == ("numpy" if backend == "numpy" else "numba")
-        assert (len(kinds) > 0) == (backend != "numpy"), backend
+        compiled = backend != "numpy"
+        assert est.sampler_info_[0]["backend"] == ("numba" if compiled else "numpy")
+        assert (len(kinds) > 0) == compiled, backend
+        assert est.sampler_info_[0]["setup_kernel"] == ("numba" if compiled else "numpy")
+        assert est.sampler_.backend == backend
         fits[backend] = est
+    # Below AUTO_MIN_ROWS "auto" keeps numpy, set-up included; so does a
+    # full-data chain (subsample_size of all the rows), whose chain is numpy.
+    for n, m in ((5_000, "auto"), (120_000, 120_000)):
+        kinds.clear()
+        est = BayesianLogisticRegression(sampler=HMCECS(subsample_size=m), n_chains=1,
+                                         n_warmup=10, n_draws=10, random_state=0, n_jobs=1)
+        est.fit(X[:n], y[:n])
+        assert not kinds and est.sampler_info_[0]["setup_kernel"] == "numpy", (n, m)
     # The two compiled fits are the same fit; the numpy set-up makes the same
     # passes and finds the same reference point and mass matrix to rounding.
     np.testing.assert_array_equal(fits["auto"].coef_draws_, fits["numba"].coef_draws_)

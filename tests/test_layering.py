@@ -83,3 +83,20 @@ def test_the_checker_catches_an_upward_import(tmp_path, monkeypatch):
     monkeypatch.setattr(__import__(__name__, fromlist=["PACKAGE"]), "PACKAGE", fake)
     layers, absolute = _imports(fake / "models" / "bad.py")
     assert "samplers" in layers and "joblib" in absolute
+
+
+def test_top_level_helpers_the_layers_import_are_leaves():
+    """A module at the package's top level that a layer imports (e.g.
+    ``_numba_math``, shared by the models' and the samplers' compiled loops)
+    sits below every layer: it may import nothing from the package."""
+    helpers = set()
+    for layer in ALLOWED:
+        for path in (PACKAGE / layer).rglob("*.py"):
+            layers, _ = _imports(path)
+            helpers |= {name for name in layers
+                        if name not in ALLOWED and name != "<top>"
+                        and (PACKAGE / f"{name}.py").exists()}
+    assert "_numba_math" in helpers                  # the check sees the helper
+    for name in sorted(helpers):
+        layers, absolute = _imports(PACKAGE / f"{name}.py")
+        assert not layers and not any(m.startswith("bayesian_subsample") for m in absolute), name

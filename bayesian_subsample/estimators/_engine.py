@@ -402,8 +402,9 @@ def run_chains(config, posterior, random_state, n_chains, n_warmup, n_draws, n_j
     those passes, and ``setup_pass_times``, the seconds of each), and
     ``setup_newton`` (the ``newton_log`` of the prepared work: kind and
     decrement of each pass of the theta* search, and the predictions of its
-    stopping rule) and ``setup_subset_size`` (rows of the subset whose mode
-    started that search).
+    stopping rule), ``setup_subset_size`` (rows of the subset whose mode
+    started that search) and ``setup_kernel`` (``"numba"`` when the set-up's
+    passes ran compiled, else ``"numpy"``).
 
     With ``resume`` (one ``ChainResult.resume`` per chain) and the
     ``prepared`` of that fit, the chains continue for ``n_draws`` more draws
@@ -470,7 +471,8 @@ def _run_chains(config, posterior, random_state, n_chains, n_warmup, n_draws, n_
                           setup_pass_times=[] if chunk_map is None else list(chunk_map.times),
                           setup_newton=[dict(step) for step in
                                         getattr(prepared, "newton_log", ())],
-                          setup_subset_size=getattr(prepared, "subset_size", None))
+                          setup_subset_size=getattr(prepared, "subset_size", None),
+                          setup_kernel=getattr(prepared, "setup_kernel", "numpy"))
         tasks = [(seed, None) for seed in seeds[1:]]
     else:
         finish = getattr(getattr(posterior, "model", None), "finish_deferred_scan", None)

@@ -159,7 +159,9 @@ class BayesianLogisticRegression(ClassifierMixin, ClassifierPredictiveMixin, _GL
         ``predicted_decrement`` and ``predicted_sigma2`` the pass was planned
         on and, at the order-2 pass, the ``sigma2`` checked there),
         ``setup_subset_size`` (rows of the subset whose mode started that
-        search) and ``validation_seconds`` (input checks and label encoding).
+        search), ``setup_kernel`` (``"numba"`` when the set-up's passes ran
+        compiled, with a compiled HMC-ECS chain; else ``"numpy"``) and
+        ``validation_seconds`` (input checks and label encoding).
     step_size_, n_integration_steps_, subsample_size_ : ndarray of shape (n_chains,)
         Adapted values per chain (``subsample_size_`` is ``n`` for full data;
         HMC-ECS chooses it once per fit, so it is the same in every chain).

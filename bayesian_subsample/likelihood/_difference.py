@@ -183,14 +183,14 @@ def compiled_support(model, prior):
     Gaussian and Poisson families (exactly those classes) and the diagonal
     :class:`GaussianPrior`.
     """
-    from ..models._glm import GaussianFamily, LogisticFamily, PoissonFamily
+    from ..models._glm import compiled_family
 
     if int(getattr(model, "n_linear_predictors", 1)) != 1:
         return "it serves models with one linear predictor per row (not multinomial)"
     if getattr(type(model), "eta_terms", None) is not _GLM_ETA_TERMS:
         return f"{type(model).__name__} overrides eta_terms"
     family = getattr(model, "family", None)
-    if type(family) not in (LogisticFamily, GaussianFamily, PoissonFamily):
+    if compiled_family(family) is None:
         return ("it serves the logistic, Gaussian and Poisson families, not "
                 f"{type(family).__name__}")
     if not (type(prior).logdensity_and_grad is GaussianPrior.logdensity_and_grad
@@ -431,8 +431,6 @@ class DifferenceEstimator:
         return sub
 
     #: Family codes of :meth:`compiled_terms` (the compiled loop's ``fam``).
-    _FAMILY_CODES = {"LogisticFamily": 0, "GaussianFamily": 1, "PoissonFamily": 2}
-
     def compiled_terms(self):
         """What a compiled loop needs to evaluate this estimator, or why it cannot.
 
@@ -448,7 +446,7 @@ class DifferenceEstimator:
         :class:`GaussianPrior`
         (``bayesian_subsample.samplers._ecs_compiled``).
         """
-        from ..models._glm import GaussianFamily
+        from ..models._glm import compiled_family
 
         model, ex = self.model, self.expansion
         if type(self) is not DifferenceEstimator:
@@ -460,12 +458,10 @@ class DifferenceEstimator:
         if type(ex).population_sum is not TaylorExpansion.population_sum:
             return None, "the Taylor expansion overrides population_sum"
         dim = len(np.asarray(ex.theta_star))
-        gaussian = type(family) is GaussianFamily
         negprec, log_norm = self._gauss
+        fam, fam_a, fam_b = compiled_family(family)
         terms = {
-            "fam": self._FAMILY_CODES[type(family).__name__],
-            "fam_a": float(family.curvature_bound) if gaussian else 0.0,
-            "fam_b": float(family._log_norm) if gaussian else 0.0,
+            "fam": fam, "fam_a": fam_a, "fam_b": fam_b,
             "n_over_m": float(self._n_over_m), "n2m2": float(self._n2_over_m2),
             "ts": np.asarray(ex.theta_star, dtype=np.float64),
             "ll": float(ex.loglik),

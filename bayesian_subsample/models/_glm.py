@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import threading
 
 import numpy as np
 from scipy.special import expit, gammaln
@@ -115,20 +116,48 @@ def _blocked_outer(X, c):
     return out
 
 
+#: Guards :func:`compiled_passes`' count of open blocks per model.
+_PASS_KERNEL_LOCK = threading.Lock()
+
+
 @contextlib.contextmanager
 def compiled_passes(model):
     """Inside the block, ``model``'s full passes run the compiled chunk sums
     (:attr:`GLM.pass_kernel` ``"numba"``, imports numba); a model without
-    :attr:`~GLM.pass_kernel` is left as it is."""
+    :attr:`~GLM.pass_kernel` is left as it is.  Blocks may nest or overlap
+    (threads sharing a model): the kernel is set back to what it was before
+    the first block only when the last one closes."""
     if not hasattr(model, "pass_kernel"):
         yield
         return
-    old = model.pass_kernel
-    model.pass_kernel = "numba"
+    with _PASS_KERNEL_LOCK:
+        depth = model.__dict__.get("_compiled_pass_depth", 0)
+        if depth == 0:
+            model._kernel_before_compiled = model.pass_kernel
+        model._compiled_pass_depth = depth + 1
+        model.pass_kernel = "numba"
     try:
         yield
     finally:
-        model.pass_kernel = old
+        with _PASS_KERNEL_LOCK:
+            model._compiled_pass_depth -= 1
+            if model._compiled_pass_depth == 0:
+                model.pass_kernel = model._kernel_before_compiled
+
+
+def compiled_family(family):
+    """``(code, a, b)`` of ``family`` for the compiled kernels (the chunk sums
+    of :mod:`._glm_numba` and the HMC-ECS chain): 0 logistic, 1 Gaussian
+    (``a`` its precision, ``b`` its log normaliser), 2 Poisson; None for any
+    other family, subclasses of these included (their terms may differ)."""
+    kind = type(family)
+    if kind is LogisticFamily:
+        return 0, 0.0, 0.0
+    if kind is GaussianFamily:
+        return 1, float(family.curvature_bound), float(family._log_norm)
+    if kind is PoissonFamily:
+        return 2, 0.0, 0.0
+    return None
 
 
 def _max_abs(a):
@@ -355,11 +384,12 @@ class GLM:
     #: set-up made no full pass (:meth:`finish_deferred_scan`).
     deferred_scan = None
 
-    #: ``"numba"`` while the full passes of :meth:`sums` run the compiled
-    #: chunk sums (:mod:`._glm_numba`; logistic, Gaussian and Poisson
-    #: families), else ``"numpy"``.  Set for the duration of a compiled
-    #: HMC-ECS chain's set-up (:func:`compiled_passes`); the sums agree with
-    #: the numpy ones to about 1e-15 relative, not bit for bit.
+    #: ``"numba"`` while :meth:`sums` runs the compiled chunk sums
+    #: (:mod:`._glm_numba`; logistic, Gaussian and Poisson families), on
+    #: full passes and on gathered rows (``idx=``, ``rows=``: the subset
+    #: mode search) alike, else ``"numpy"``.  Set for the duration of a
+    #: compiled HMC-ECS chain's set-up (:func:`compiled_passes`); the sums
+    #: agree with the numpy ones to about 1e-15 relative, not bit for bit.
     pass_kernel = "numpy"
 
     #: One linear predictor per observation (``eta`` of shape (m,)); the
@@ -730,25 +760,23 @@ class GLM:
             out.append(self.weighted_outer(Xr, terms[2]))
         return out
 
+    #: The methods of the numpy chunk sums that the compiled ones replace: a
+    #: subclass overriding any of them keeps the numpy sums (its rows, from
+    #: ``rows``/``chunk_rows``/``labels``, are what both read).
+    _COMPILED_REPLACES = ("_block_sums", "eta", "eta_terms", "backprop", "weighted_outer",
+                          "_block_weighted_outer", "_float32_blocks")
+
     def _compiled_family(self):
-        """``(code, a, b)`` of the family for :mod:`._glm_numba` while
-        :attr:`pass_kernel` is ``"numba"`` and it can serve this model (one
-        linear predictor, the GLM's own terms and sums, one of the three
-        families exactly), else None."""
-        if self.pass_kernel != "numba":
+        """``(code, a, b)`` of the family (:func:`compiled_family`) while
+        :attr:`pass_kernel` is ``"numba"`` and the compiled sums can serve
+        this model (one linear predictor, none of :attr:`_COMPILED_REPLACES`
+        overridden, one of the three families exactly), else None."""
+        if self.pass_kernel != "numba" or self.n_linear_predictors != 1:
             return None
         cls = type(self)
-        if (cls.eta_terms is not GLM.eta_terms or cls._block_sums is not GLM._block_sums
-                or cls.eta is not GLM.eta or self.n_linear_predictors != 1):
+        if any(getattr(cls, name) is not getattr(GLM, name) for name in self._COMPILED_REPLACES):
             return None
-        family = type(self.family)
-        if family is LogisticFamily:
-            return 0, 0.0, 0.0
-        if family is GaussianFamily:
-            return 1, float(self.family.curvature_bound), float(self.family._log_norm)
-        if family is PoissonFamily:
-            return 2, 0.0, 0.0
-        return None
+        return compiled_family(self.family)
 
     def _compiled_sums(self, Xr, yr, wr, theta, order, scan=False):
         """:meth:`_block_sums` by :func:`._glm_numba.chunk_sums`, and ``max |x|``

@@ -19,8 +19,13 @@ side by side with the numpy sums (``benchmarks/bench_glm_passes.py``):
 float64, the order-1 pass with the scan 25 against 33 ms, the order-2 pass
 75 against 99 ms; float32, 36 against 31 ms (the widening to float64 costs
 more here than in numpy's blocks) and 61 against 70 ms.  Most of the
-order-2 pass is the curvature product, which BLAS makes at about 30
-GFlop/s; splitting it by symmetry into three products did not help.
+order-2 pass is the curvature product (BLAS); in development runs,
+splitting it by symmetry into three products did not make it faster.
+
+numba compiles each kernel once per installation and kind of input
+(float32 or float64 rows, writeable or read-only arrays such as a
+``np.load(mmap_mode="r")`` memmap: a few seconds each with an empty cache)
+and loads it from its disk cache afterwards (about 0.01 s).
 
 Same sums, not same bits: the terms come from ``exp_vec`` and ``log1p_unit``
 (within about an ulp of libm) and the block sizes differ from the numpy
@@ -32,11 +37,17 @@ does.
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
-from .._numba_math import _inline, _jit, exp_vec, log1p_unit
+from .._numba_math import _inline, _jit, exp_vec, gaussian_row, logistic_row, poisson_row
+
+#: The first 16 hex digits of the SHA-256 of _numba_math.py that this
+#: module's kernels were last compiled against.  numba's disk cache checks a
+#: kernel against its own file's time stamp only, not against the files whose
+#: functions it inlines, so an edit of _numba_math.py must come with an
+#: edit of this line (tests/test_glm_compiled_passes.py fails until it
+#: does), which makes numba recompile this module's kernels.
+NUMBA_MATH_SHA256 = "01e8fd2cb00726f4"
 
 #: Rows per block: the block, its scaled copy and the per-row terms stay in
 #: the second-level cache (1024 x 30 float64 is 240 KiB).
@@ -88,27 +99,15 @@ def _terms(eta, nb, s, y, w, has_w, t0, fam, fam_a, fam_b, ell, g, c):
             eta[r] += t0
             c[r] = exp_vec(-abs(eta[r]))
         for r in range(nb):
-            e_r = eta[r]
-            e = c[r]
-            yi = y[s + r]
-            ell[r] = yi * e_r - (e_r if e_r > 0.0 else 0.0) - log1p_unit(e)
-            rr = 1.0 / (e + 1.0)
-            mu = rr if e_r >= 0.0 else e * rr
-            g[r] = yi - mu
+            ell[r], g[r], mu = logistic_row(eta[r], c[r], y[s + r])
             c[r] = -mu * (1.0 - mu)
     elif fam == GAUSSIAN:
         for r in range(nb):
-            resid = y[s + r] - (eta[r] + t0)
-            ell[r] = fam_b - 0.5 * fam_a * resid * resid
-            g[r] = fam_a * resid
+            ell[r], g[r] = gaussian_row(eta[r] + t0, y[s + r], fam_a, fam_b)
             c[r] = -fam_a
     else:
         for r in range(nb):
-            e_r = eta[r] + t0
-            mu = exp_vec(e_r)
-            yi = y[s + r]
-            ell[r] = yi * e_r - mu - math.lgamma(yi + 1.0)
-            g[r] = yi - mu
+            ell[r], g[r], mu = poisson_row(eta[r] + t0, y[s + r])
             c[r] = -mu
     if has_w:
         for r in range(nb):

@@ -47,6 +47,9 @@ class Prepared(NamedTuple):
     #: Rows of the subset whose mode started the theta* search (None when
     #: it started from all the data).
     subset_size: object = None
+    #: ``"numba"`` when the set-up's full passes ran the compiled chunk sums
+    #: (HMC-ECS with a compiled chain), else ``"numpy"``.
+    setup_kernel: str = "numpy"
 
 
 class ChainResult(NamedTuple):

@@ -167,14 +167,23 @@ def plan(backend, estimator, n_obs):
     """
     if backend == "numpy" or estimator is None:
         return "numpy"
-    reason = why_not(estimator)
+    return "numba" if compiles(backend, why_not(estimator), n_obs) else "numpy"
+
+
+def compiles(backend, reason, n_obs):
+    """The rule of :func:`plan` given ``reason``, why the kernel cannot serve
+    the chain (None if it can): ``"numba"`` compiles (ValueError if
+    ``reason``), ``"auto"`` when ``reason`` is None, the data have at least
+    :data:`AUTO_MIN_ROWS` rows and numba is installed, ``"numpy"`` never.
+    HMC-ECS's set-up applies it before the estimator exists, with the
+    model's and prior's reason (its passes compile when the chain will)."""
+    if backend == "numpy":
+        return False
     if backend == "numba":
         if reason is not None:
             raise refusal(reason)
-        return "numba"
-    if reason is None and n_obs >= AUTO_MIN_ROWS and numba_available():
-        return "numba"
-    return "numpy"
+        return True
+    return reason is None and n_obs >= AUTO_MIN_ROWS and numba_available()
 
 
 def _as2d(a):

@@ -39,7 +39,16 @@ import math
 
 import numpy as np
 
-from .._numba_math import _inline, _jit, exp_vec, log1p_unit  # noqa: F401
+from .._numba_math import (  # noqa: F401 (exp_vec, log1p_unit: tests reach them here)
+    _inline, _jit, exp_vec, gaussian_row, log1p_unit, logistic_row, poisson_row)
+
+#: The first 16 hex digits of the SHA-256 of _numba_math.py that this
+#: module's kernels were last compiled against.  numba's disk cache checks a
+#: kernel against its own file's time stamp only, not against the files whose
+#: functions it inlines, so an edit of _numba_math.py must come with an
+#: edit of this line (tests/test_glm_compiled_passes.py fails until it
+#: does), which makes numba recompile this module's kernels.
+NUMBA_MATH_SHA256 = "01e8fd2cb00726f4"
 
 #: Family codes (see :func:`._ecs_compiled.family_code`).
 LOGISTIC, GAUSSIAN, POISSON = 0, 1, 2
@@ -79,9 +88,7 @@ def _terms(eta, y, w, has_w, P, fam, fam_a, fam_b, lo, d_arr, g_arr):
             e_i = eta[r]
             e = d_arr[i]
             yi = y[i]
-            ell = yi * e_i - (e_i if e_i > 0.0 else 0.0) - log1p_unit(e)
-            rr = 1.0 / (e + 1.0)
-            g = yi - (rr if e_i >= 0.0 else e * rr)
+            ell, g, _ = logistic_row(e_i, e, yi)
             if has_w:
                 ell = ell * w[i]
                 g = g * w[i]
@@ -92,13 +99,9 @@ def _terms(eta, y, w, has_w, P, fam, fam_a, fam_b, lo, d_arr, g_arr):
         e_i = eta[r]
         yi = y[i]
         if fam == 1:
-            resid = yi - e_i
-            ell = fam_b - 0.5 * fam_a * resid * resid
-            g = fam_a * resid
+            ell, g = gaussian_row(e_i, yi, fam_a, fam_b)
         else:
-            mu = exp_vec(e_i)
-            ell = yi * e_i - mu - math.lgamma(yi + 1.0)
-            g = yi - mu
+            ell, g, _ = poisson_row(e_i, yi)
         if has_w:
             ell = ell * w[i]
             g = g * w[i]

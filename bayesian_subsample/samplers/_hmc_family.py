@@ -1021,8 +1021,11 @@ integration_time, chebyshev_cycle
             if reason is not None:
                 raise _ecs_compiled.refusal(reason)
         build = None if self.estimator == "signed" else self._centre_check(rng)
-        with self._setup_passes(posterior):
+        compiled = self._compiled_setup(posterior)
+        with posterior.compiled_passes() if compiled else contextlib.nullcontext():
             prepared = prepare_at_full_data_mode(self, rng, posterior, centre_check=build)
+        if compiled:
+            prepared = prepared._replace(setup_kernel="numba")
         ex = prepared.expansion
         metric = metric_from_mass_matrix(ex.neg_hessian, dense=True)
         centre = ex.theta_star if prepared.mode_estimate is None else prepared.mode_estimate
@@ -1037,23 +1040,21 @@ integration_time, chebyshev_cycle
         return prepared._replace(n_obs_evaluated=prepared.n_obs_evaluated + cost,
                                  tuning=tuning)
 
-    def _setup_passes(self, posterior):
-        """The context of the set-up's full passes: compiled
-        (``posterior.compiled_passes()``) when the chains will be, by the rule
-        of :func:`._ecs_compiled.plan` (``backend="numba"``, or ``"auto"``
-        from :data:`._ecs_compiled.AUTO_MIN_ROWS` rows with numba installed),
-        so that a fit that has numba's one-off costs pays them once; else the
-        numpy passes."""
-        passes = getattr(posterior, "compiled_passes", None)
+    def _compiled_setup(self, posterior):
+        """Whether the set-up's full passes run compiled
+        (``posterior.compiled_passes()``): when the chains will, by the rule
+        of :func:`._ecs_compiled.plan` (:func:`._ecs_compiled.compiles` with
+        the model's and prior's reason), so that a fit that pays numba's
+        one-off costs pays them once.  Not for the signed estimator, nor for
+        a ``subsample_size`` of all the rows (a full-data chain, numpy)."""
         support = getattr(posterior, "compiled_support", None)
-        if (passes is None or support is None or self.estimator != "perturbed"
-                or self.backend == "numpy"):
-            return contextlib.nullcontext()
-        if self.backend == "numba" or (
-                posterior.n_obs >= _ecs_compiled.AUTO_MIN_ROWS and support() is None
-                and _ecs_compiled.numba_available()):
-            return passes()
-        return contextlib.nullcontext()
+        if (support is None or not hasattr(posterior, "compiled_passes")
+                or self.estimator != "perturbed" or self.backend == "numpy"):
+            return False
+        m = self.subsample_size
+        if not isinstance(m, str) and int(m) >= posterior.n_obs:
+            return False
+        return _ecs_compiled.compiles(self.backend, support(), posterior.n_obs)
 
     def _centre_check(self, rng):
         """The stopping rule of the theta* search (:class:`CentreCheck`): the
