@@ -5,7 +5,7 @@ import warnings
 
 import numpy as np
 import pytest
-from sklearn.datasets import make_classification, make_regression
+from sklearn.datasets import load_iris, make_classification, make_regression
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.preprocessing import StandardScaler
 from sklearn.utils.estimator_checks import parametrize_with_checks
@@ -191,3 +191,21 @@ def test_binary_sample_y_and_regressor_sample_y_match_the_predictive():
         warnings.simplefilter("ignore", ConvergenceWarning)
         reg2.fit(Xr[:50], two)
     assert reg2.sample_y(Xr[:7], n_samples=3, random_state=0).shape == (7, 2, 3)
+
+
+def test_continue_sampling_says_why_it_cannot_continue():
+    """The MLP chains cannot resume: continue_sampling says so (not "interrupted"),
+    before any sampling; an interrupted fit is named as such."""
+    X, y = load_iris(return_X_y=True)
+    est = BayesianMLPClassifier(hidden_layer_sizes=(3,), n_warmup=2, n_draws=2, n_chains=1,
+                                random_state=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        est.fit(X, y)
+    assert not est.interrupted_
+    with pytest.raises(ValueError, match=r"its sampler \('sghmc'\) cannot resume") as info:
+        est.continue_sampling(X, y, 2)
+    assert "interrupted" not in str(info.value)
+    est.interrupted_ = True                          # as a fit stopped by Ctrl-C leaves it
+    with pytest.raises(ValueError, match="it was interrupted and kept partial draws"):
+        est.continue_sampling(X, y, 2)

@@ -301,9 +301,13 @@ class SampledModelMixin:
         _check_int(n_draws, "n_draws", 1)
         state = getattr(self, "_resume_", None)
         if state is None:
+            sampler = getattr(self, "sampler", None)
+            name = repr(sampler) if isinstance(sampler, str) else type(sampler).__name__
+            why = ("it was interrupted and kept partial draws" if getattr(self, "interrupted_", False)
+                   else f"its sampler ({name}) cannot resume its chains")
             raise ValueError(
-                "This fit cannot be continued: it was interrupted and kept partial draws "
-                "(or its sampler cannot resume). Fit again to run the chains in full.")
+                f"This fit cannot be continued: {why}. Fit again, with n_draws set to the "
+                "number of draws wanted, to run the chains in full.")
         params = self.get_params(deep=False)
         changed = [name for name, value in state["params"].items()
                    if name not in _CONTINUE_FREE_PARAMS
