@@ -224,14 +224,19 @@ def test_a_compiled_chain_gets_compiled_set_up_passes(monkeypatch):
         assert est.sampler_info_[0]["setup_kernel"] == ("numba" if compiled else "numpy")
         assert est.sampler_.backend == backend
         fits[backend] = est
-    # Below AUTO_MIN_ROWS "auto" keeps numpy, set-up included; so does a
-    # full-data chain (subsample_size of all the rows), whose chain is numpy.
-    for n, m in ((5_000, "auto"), (120_000, 120_000)):
+    # Below AUTO_MIN_ROWS "auto" keeps numpy, set-up included; a full-data
+    # chain (subsample_size of all the rows, whose chain is numpy) keeps a
+    # numpy set-up even with "numba", which would compile it otherwise.
+    n = 5_000
+    for backend, m, compiled in (("auto", "auto", False), ("numba", n, False),
+                                 ("numba", "auto", True)):
         kinds.clear()
-        est = BayesianLogisticRegression(sampler=HMCECS(subsample_size=m), n_chains=1,
-                                         n_warmup=10, n_draws=10, random_state=0, n_jobs=1)
+        est = BayesianLogisticRegression(sampler=HMCECS(backend=backend, subsample_size=m),
+                                         n_chains=1, n_warmup=10, n_draws=10, random_state=0,
+                                         n_jobs=1)
         est.fit(X[:n], y[:n])
-        assert not kinds and est.sampler_info_[0]["setup_kernel"] == "numpy", (n, m)
+        assert bool(kinds) == compiled, (backend, m)
+        assert est.sampler_info_[0]["setup_kernel"] == ("numba" if compiled else "numpy")
     # The two compiled fits are the same fit; the numpy set-up makes the same
     # passes and finds the same reference point and mass matrix to rounding.
     np.testing.assert_array_equal(fits["auto"].coef_draws_, fits["numba"].coef_draws_)
